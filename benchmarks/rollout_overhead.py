@@ -11,11 +11,15 @@ answers after ``--tool-latency-ms``. The stub and the MCP server are separate pr
     .venv/bin/python benchmarks/rollout_overhead.py --llm-latency-ms 100 --tool-latency-ms 50 \\
         --concurrency 1,32,256 --rounds 2 --no-upstream
 
-For each concurrency it prints wall time per episode (mean, p50, p95) against the ideal
+For each concurrency it first runs ``--level-warmup-rounds`` rounds (new connections; printed
+on one line), then measures: wall time per episode (mean, p50, p95) against the ideal
 (2 x LLM latency + tool latency), framework CPU per episode and per LLM turn, and throughput
-against the ideal (concurrency / ideal episode time). ``--breakdown`` (on by default) runs the
-MCP part alone, through aworld-core's toolset and through the bare SDK, to split the CPU into
-the MCP SDK's, our MCP wrapper's, and the rest of the framework's.
+against the ideal (concurrency / ideal episode time). Side by side it prints the HTTP floor: the
+CPU of the episode's 3 requests sent as bare aiohttp POSTs to the stub at the same concurrency
+and latency (what merely sending, waiting for and reading 3 answers costs this process on this
+machine). ``--breakdown`` (on by default) runs the MCP part alone, through aworld-core's toolset
+and through the bare SDK (one reused session, and a session per episode), to split the CPU into
+the MCP part and the rest of the framework.
 
 Upstream: the same episode runs with ``aworld==0.3.2`` in its own environment
 (``.venvs/upstream-aworld``, recipe in ``benchmarks/upstream-env.txt``; created on first use
@@ -67,7 +71,9 @@ class Level:
     mcp_server_cpu_s: float | None = None
     load: tuple[float, float] = (0.0, 0.0)
     mcp_cpu_s: float | None = None  # the MCP part alone, through aworld-core's toolset, per episode
-    sdk_cpu_s: float | None = None  # the same through the bare SDK, per episode
+    sdk_cpu_s: float | None = None  # the same calls through the bare SDK, one reused session
+    sdk_episode_cpu_s: float | None = None  # ... and through the bare SDK, a session per episode
+    floor_cpu_s: float | None = None  # 3 bare aiohttp POSTs to the stub, per episode
 
     @property
     def throughput(self) -> float:
@@ -118,15 +124,25 @@ async def run_level(agent: Any, concurrency: int, episodes: int) -> Level:
     return Level(concurrency, episodes, wall, cpu, walls, ok, failures, load=(load0, os.getloadavg()[0]))
 
 
-async def mcp_only(mcp_url: str, concurrency: int, episodes: int, *, bare_sdk: bool) -> float:
-    """CPU per episode of the episode's MCP part alone: connect, list tools, one call, close."""
-    from aworld_core.tools.mcp_client import MCPToolset, _ssl_context
+async def mcp_only(mcp_url: str, concurrency: int, episodes: int, *, how: str) -> float:
+    """CPU per episode of the episode's MCP part alone: its tools, one call, done.
+
+    ``how``: ``toolset`` (aworld-core: what an episode does), ``sdk`` (the bare SDK with one
+    session reused for every call, its default HTTP client) or ``sdk-episode`` (the bare SDK, a
+    session per episode as its documentation shows, with aworld-core's TLS context).
+    """
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from aworld_core.tools.mcp_client import MCPToolset
     from aworld_core.tools.mcp_config import parse_mcp_config, select_servers
+    from aworld_core.tools.mcp_session import ssl_context
 
     servers = select_servers(parse_mcp_config({"mcpServers": {"bench": {"type": "streamable-http", "url": mcp_url}}}), None)
 
-    async def through_toolset(i: int) -> None:
-        toolset = MCPToolset(servers, call_timeout_s=60)
+    async def through_toolset(i: int, _client: Any) -> None:
+        toolset = MCPToolset(servers, call_timeout_s=60, headers={"X-Episode-Id": f"ep-{i}"})
         try:
             specs = await toolset.open()
             outcome = await toolset.executor(specs[0])({"query": f"fact {i}"})
@@ -135,31 +151,64 @@ async def mcp_only(mcp_url: str, concurrency: int, episodes: int, *, bare_sdk: b
         finally:
             await toolset.aclose()
 
-    async def through_sdk(i: int) -> None:
-        # what the SDK's documentation shows, with the same transport settings as aworld-core's
-        # (its own HTTP client, a shared TLS context), so the difference is our wrapper alone
-        import httpx2
-        from mcp import Client
-        from mcp.client.streamable_http import streamable_http_client
+    async def through_sdk(i: int, client: Any) -> None:
+        result = await client.call_tool("lookup", {"query": f"fact {i}"})
+        if result.is_error:
+            raise RuntimeError(str(result.content))
 
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300), verify=_ssl_context()) as http:
+    async def through_sdk_episode(i: int, _client: Any) -> None:
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300), verify=ssl_context()) as http:
             async with Client(streamable_http_client(mcp_url, http_client=http), read_timeout_seconds=60) as client:
                 await client.list_tools()
-                result = await client.call_tool("lookup", {"query": f"fact {i}"})
-                if result.is_error:
-                    raise RuntimeError(str(result.content))
+                await through_sdk(i, client)
 
-    one = through_sdk if bare_sdk else through_toolset
+    one = {"toolset": through_toolset, "sdk": through_sdk, "sdk-episode": through_sdk_episode}[how]
     queue = iter(range(episodes))
+    limits = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300), limits=limits) as http:
+        async with Client(streamable_http_client(mcp_url, http_client=http), read_timeout_seconds=60) as shared:
+            await shared.list_tools()
 
-    async def worker() -> None:
-        for i in queue:
-            await one(i)
+            async def worker() -> None:
+                for i in queue:
+                    await one(i, shared)
 
-    gc.collect()
-    cpu0 = time.process_time()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return (time.process_time() - cpu0) / episodes
+            gc.collect()
+            cpu0 = time.process_time()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            return (time.process_time() - cpu0) / episodes
+
+
+async def http_floor(llm_url: str, concurrency: int, episodes: int) -> float:
+    """CPU per episode of the episode's 3 requests as bare aiohttp POSTs to the stub LLM (same
+    latency, same concurrency): the cost of sending, waiting for and reading 3 answers."""
+    import aiohttp
+
+    body = json.dumps({
+        "model": "bench-model",
+        "messages": [{"role": "system", "content": "Answer with the lookup tool."},
+                     {"role": "user", "content": "What is fact number 1?"}],
+        "tools": [{"type": "function", "function": {"name": "lookup", "description": "Look up a fact.",
+                   "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}}],
+    }).encode()  # fmt: skip
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer bench-key"}
+    queue = iter(range(episodes))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def post() -> None:
+            async with session.post(f"{llm_url}/chat/completions", data=body, headers=headers) as response:
+                json.loads(await response.read())
+
+        async def worker() -> None:
+            for _ in queue:
+                for _ in range(LLM_TURNS + 1):
+                    await post()
+
+        await asyncio.gather(*(post() for _ in range(min(concurrency, 8))))  # connections
+        gc.collect()
+        cpu0 = time.process_time()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return (time.process_time() - cpu0) / episodes
 
 
 async def run_framework(args: argparse.Namespace, llm: ServerProcess, mcp: ServerProcess) -> list[Level]:
@@ -169,8 +218,12 @@ async def run_framework(args: argparse.Namespace, llm: ServerProcess, mcp: Serve
     try:
         await run_level(agent, 1, args.warmup)  # imports, connection pools
         if args.breakdown:
-            await mcp_only(mcp_url, 1, 2, bare_sdk=True)
+            for how in ("sdk", "sdk-episode"):
+                await mcp_only(mcp_url, 1, 2, how=how)
         for concurrency in args.concurrency:
+            if args.level_warmup_rounds:
+                cold = await run_level(agent, concurrency, concurrency * args.level_warmup_rounds)
+                print_cold(cold, args)
             episodes = max(concurrency * args.rounds, args.min_episodes)
             stub0, server0 = llm.cpu_s(), mcp.cpu_s()
             level = await run_level(agent, concurrency, episodes)
@@ -179,21 +232,27 @@ async def run_framework(args: argparse.Namespace, llm: ServerProcess, mcp: Serve
                 level.stub_cpu_s = (stub1 - stub0) / episodes
             if server0 is not None and server1 is not None:
                 level.mcp_server_cpu_s = (server1 - server0) / episodes
+            n = min(episodes, 256)
+            level.floor_cpu_s = min([await http_floor(llm_url, concurrency, n) for _ in range(2)])
             if args.breakdown:
                 # alternated and repeated, the minimum of each kept: CPU time on a shared machine
                 # only ever reads high (contention), so the least noisy estimate is the lowest
-                n = min(episodes, 256)
-                toolset, sdk = [], []
+                runs: dict[str, list[float]] = {"toolset": [], "sdk": [], "sdk-episode": []}
                 for _ in range(2):
-                    toolset.append(await mcp_only(mcp_url, concurrency, n, bare_sdk=False))
-                    sdk.append(await mcp_only(mcp_url, concurrency, n, bare_sdk=True))
-                level.mcp_cpu_s, level.sdk_cpu_s = min(toolset), min(sdk)
+                    for how, values in runs.items():
+                        values.append(await mcp_only(mcp_url, concurrency, n, how=how))
+                level.mcp_cpu_s = min(runs["toolset"])
+                level.sdk_cpu_s = min(runs["sdk"])
+                level.sdk_episode_cpu_s = min(runs["sdk-episode"])
             levels.append(level)
             print_level(level, args, "aworld-core")
         if args.profile:
             await profile_level(agent, args.profile, max(args.profile * args.rounds, args.min_episodes))
     finally:
         await agent.aclose()
+        from aworld_core.tools.mcp_client import close_shared_sessions
+
+        await close_shared_sessions()
     return levels
 
 
@@ -413,20 +472,35 @@ def print_level(level: Level, args: argparse.Namespace, who: str) -> None:
         f"processes need {total_ep * 1000:.1f} ms CPU per episode, so {cores} idle cores would cap throughput at "
         f"{cores / total_ep:7.1f} episodes/s"
     )
+    if level.floor_cpu_s is not None:
+        print(
+            f"  HTTP floor    {ms(level.floor_cpu_s)} ms/episode: the episode's {LLM_TURNS + 1} requests as bare aiohttp POSTs "
+            f"(same concurrency and latency); the framework spends {ms(cpu_ep - level.floor_cpu_s)} ms/episode "
+            f"({ms((cpu_ep - level.floor_cpu_s) / LLM_TURNS)} ms/LLM turn) beyond it"
+        )
     if level.mcp_cpu_s is not None and level.sdk_cpu_s is not None:
         rest = cpu_ep - level.mcp_cpu_s
-        wrapper = level.mcp_cpu_s - level.sdk_cpu_s
         print(
-            f"  CPU split per episode: MCP SDK {ms(level.sdk_cpu_s)} ms | our MCP wrapper {ms(wrapper)} ms | "
-            f"rest of aworld-core (loop, LLM client, records) {ms(rest)} ms"
+            f"  CPU split     MCP part {ms(level.mcp_cpu_s)} ms/episode through aworld-core (bare SDK for the same call: "
+            f"{ms(level.sdk_cpu_s)} reusing one session, {ms(level.sdk_episode_cpu_s)} with a session per episode) | "
+            f"rest of aworld-core (loop, LLM client, records) {ms(rest)} ms/episode, {ms(rest / LLM_TURNS)} ms/LLM turn"
         )
-        ours = cpu_ep - level.sdk_cpu_s
-        print(f"  aworld-core's own CPU (all but the MCP SDK): {ms(ours)} ms/episode, {ms(ours / LLM_TURNS)} ms/LLM turn")
     if level.ok < level.episodes:
         print(f"  WARNING: {level.episodes - level.ok} of {level.episodes} episodes did not finish as planned; "
               f"the figures above do not describe the episode this benchmark defines")  # fmt: skip
     for failure in level.failures:
         print(f"  failed: {failure}")
+
+
+def print_cold(level: Level, args: argparse.Namespace) -> None:
+    walls = level.episode_wall_s
+    mean = statistics.fmean(walls) if walls else float("nan")
+    ideal_tp = level.concurrency / ideal_s(args)
+    print(
+        f"\n[aworld-core] concurrency {level.concurrency}, warm-up round (new connections; not in the figures below): "
+        f"{level.ok}/{level.episodes} ok, wall/episode mean {mean * 1000:.1f} ms ({mean / ideal_s(args):.3f}x ideal), "
+        f"{100 * level.throughput / ideal_tp:.1f}% of ideal throughput, {level.cpu_s / level.episodes * 1000:.2f} ms CPU/episode"
+    )
 
 
 def print_ratios(ours: list[Level], theirs: list[Level]) -> None:
@@ -462,6 +536,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="episodes per level = concurrency x rounds ...")
     parser.add_argument("--min-episodes", type=int, default=8, help="... but at least this many")
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured episodes first")
+    parser.add_argument("--level-warmup-rounds", type=int, default=1,
+                        help="rounds at each concurrency before measuring it (printed apart; 0: none)")  # fmt: skip
     parser.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True,
                         help="also time the MCP part alone (aworld-core's toolset and the bare SDK)")  # fmt: skip
     parser.add_argument("--profile", type=int, default=0, metavar="CONCURRENCY",

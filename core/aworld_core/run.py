@@ -80,6 +80,7 @@ def run_eval(job: Any, limit: int | None, out: TextIO) -> int:
     from aworld_core.evaluate import evaluate
     from aworld_core.plugins import get_plugin_manager
     from aworld_core.settings import get_settings
+    from aworld_core.tools.mcp_shared import closing_shared_sessions
 
     section = job.test_dataset or job.train_dataset
     if section is None:
@@ -89,10 +90,10 @@ def run_eval(job: Any, limit: int | None, out: TextIO) -> int:
     samples = load_dataset_section(section, job.base_dir)[: limit or None]
     agent = get_plugin_manager().hook.build_agents(job=job, settings=get_settings())
     output = job.resolved_output_dir(get_settings().output_root) / "eval.jsonl"
-    report = asyncio.run(evaluate(
+    report = asyncio.run(closing_shared_sessions(evaluate(
         agent, samples, job.reward, concurrency=job.rollout.concurrency, output=output,
         timeout=job.rollout.episode_timeout_s, base_dir=job.base_dir,
-    ))
+    )))
     out.write(report.summary() + "\n")
     return 0
 

@@ -227,14 +227,15 @@ class AgentTrainer:
         from aworld_core.evaluate import evaluate
         from aworld_core.plugins import get_plugin_manager
         from aworld_core.settings import get_settings
+        from aworld_core.tools.mcp_shared import closing_shared_sessions
 
         samples = self.test_samples if dataset == "test" else self.train_samples
         if samples is None:
             raise UsageError("no test data: pass test_dataset=... or evaluate(dataset='train')")
         agent = get_plugin_manager().hook.build_agents(job=self.job, settings=get_settings())
         target = output or self.job.resolved_output_dir() / f"eval_{dataset}.jsonl"
-        return asyncio.run(evaluate(
+        return asyncio.run(closing_shared_sessions(evaluate(
             agent, samples, self.job.reward, llm=llm, concurrency=concurrency or self.job.rollout.concurrency,
             output=target, progress=progress, timeout=self.job.rollout.episode_timeout_s,
             base_dir=self.job.base_dir,
-        ))
+        )))

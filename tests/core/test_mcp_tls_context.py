@@ -11,8 +11,9 @@ import ssl
 
 import pytest
 
-from aworld_core.tools.mcp_client import MCPToolset, _ssl_context
+from aworld_core.tools.mcp_client import MCPToolset
 from aworld_core.tools.mcp_config import parse_mcp_config, select_servers
+from aworld_core.tools.mcp_session import ssl_context as _ssl_context
 from support.mcp_servers import McpHttpServer
 
 

@@ -1,4 +1,7 @@
-"""MCP tool lists reused across episodes, per-episode sessions kept (real MCP servers on 127.0.0.1).
+"""MCP tool lists reused across episodes on per-episode sessions (real MCP servers on 127.0.0.1).
+
+These episodes open their own sessions (``session: "episode"``); episodes sharing one session
+are tested in test_mcp_shared_sessions.py.
 
 Requests are counted on the server side: with the 2026 protocol every request carries its
 ``Mcp-Method`` header, which the test server records.
@@ -39,7 +42,7 @@ def fresh_cache(monkeypatch):
 async def episode(entry: dict, episode_id: str, tool: str = "add", arguments: dict | None = None):
     """What one episode does with one server: open (connect + tools), one call, close."""
     toolset = MCPToolset(
-        {"calc": MCPServerConfig(**entry)},
+        {"calc": MCPServerConfig(**{"session": "episode", **entry})},
         call_timeout_s=5,
         connect_retries=0,
         headers={"X-Episode-Id": episode_id, "X-Task-Id": f"task-{episode_id}"},
@@ -196,12 +199,12 @@ async def test_the_sdk_relisting_mid_session_drops_the_cached_list():
     """A session that lists again (the SDK's answer to a changed tool schema) invalidates."""
     async with McpHttpServer(name="calc") as server:
         await episode(server.config(), "ep-1")
-        toolset = MCPToolset({"calc": MCPServerConfig(**server.config())}, connect_retries=0)
+        toolset = MCPToolset({"calc": MCPServerConfig(**server.config(session="episode"))}, connect_retries=0)
         await toolset.open()
         conn = toolset.connections["calc"]
         try:
             assert conn.tools_from_cache
-            await conn._client.list_tools()
+            await conn.session.client.list_tools()
         finally:
             await toolset.aclose()
         assert len(TOOL_LIST_CACHE) == 0

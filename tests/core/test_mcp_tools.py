@@ -151,4 +151,4 @@ async def test_toolset_open_fails_whole_when_one_server_refuses(http_server):
     toolset = MCPToolset(select_servers(config, None), connect_retries=0)
     with pytest.raises(MCPConnectionError, match="'bad'"):
         await toolset.open()
-    assert all(c._task is None for c in toolset.connections.values())  # nothing left open
+    assert all(c.session is None for c in toolset.connections.values())  # nothing left open

@@ -442,5 +442,6 @@ async def test_a_refused_server_in_a_swarm_closes_the_others(stub, mcp):
     with pytest.raises(MCPConnectionError, match="401"):
         await run_episode(Swarm(good, bad), "x")
     await asyncio.sleep(0)
+    # no episode-owned session is left open ("mcp-shared:" sessions belong to the loop)
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("mcp:") and not t.done()]
     assert stub.requests == []

@@ -149,6 +149,38 @@ class _BearerAuth:
         await self.app(scope, receive, send)
 
 
+class _HandshakeOnly:
+    """ASGI wrapper: refuse the 2026 ``server/discover`` probe the way an mcp 1.x server does
+    (400, "Missing session ID"), so clients fall back to the ``initialize`` handshake and get an
+    ``Mcp-Session-Id``: a stateful, handshake-era server built from the 2.x SDK."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            if headers.get("mcp-method") == "server/discover" and "mcp-session-id" not in headers:
+                body = json.dumps(
+                    {"jsonrpc": "2.0", "id": "server-error",
+                     "error": {"code": -32600, "message": "Bad Request: Missing session ID"}}
+                ).encode()  # fmt: skip
+                while True:  # drain the request body first
+                    message = await receive()
+                    if not message.get("more_body"):
+                        break
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 400,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
 def _bound_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -167,12 +199,15 @@ def build_app(
     token: str | None = None,
     seen: list[dict[str, str]] | None = None,
     tools_ttl_ms: int | None = None,
+    handshake_only: bool = False,
 ) -> Any:
     server = build_mcp_server(name, tools, tools_ttl_ms=tools_ttl_ms)
     if transport == "sse":
         app = server.sse_app()
     elif transport == "streamable-http":
         app = server.streamable_http_app()
+        if handshake_only:
+            app = _HandshakeOnly(app)
     else:
         raise ValueError(f"transport must be 'streamable-http' or 'sse', got {transport!r}")
     return _BearerAuth(app, token, seen if seen is not None else [])
@@ -183,7 +218,9 @@ class McpHttpServer:
 
     ``url`` is the endpoint (``.../mcp`` or ``.../sse``); ``config()`` gives its ``mcpServers``
     entry; ``headers_seen`` lists the headers of every HTTP request it received,
-    ``methods_seen()`` their ``Mcp-Method`` headers.
+    ``methods_seen()`` their ``Mcp-Method`` headers. ``handshake_only=True``: a server that
+    refuses the 2026 protocol's ``server/discover`` (clients fall back to ``initialize`` and
+    get an ``Mcp-Session-Id``).
     """
 
     def __init__(
@@ -196,6 +233,7 @@ class McpHttpServer:
         host: str = "127.0.0.1",
         port: int = 0,
         tools_ttl_ms: int | None = None,
+        handshake_only: bool = False,
     ):
         self.name = name
         self.tools = list(tools) if tools is not None else None
@@ -204,6 +242,7 @@ class McpHttpServer:
         self.host = host
         self.port = port
         self.tools_ttl_ms = tools_ttl_ms
+        self.handshake_only = handshake_only
         self.headers_seen: list[dict[str, str]] = []
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -236,6 +275,7 @@ class McpHttpServer:
             token=self.token,
             seen=self.headers_seen,
             tools_ttl_ms=self.tools_ttl_ms,
+            handshake_only=self.handshake_only,
         )
         config = uvicorn.Config(app, log_level="critical", timeout_graceful_shutdown=1, lifespan="on")
         self._server = uvicorn.Server(config)

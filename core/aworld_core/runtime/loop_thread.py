@@ -56,6 +56,9 @@ class LoopThread:
             return
 
         async def _cancel_all() -> None:
+            from aworld_core.tools.mcp_shared import close_shared_sessions
+
+            await close_shared_sessions()  # a clean close first (each session ends its own task)
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()

@@ -49,7 +49,8 @@ class Runners:
         llm: Any = None,
         **kwargs: Any,
     ) -> Episode:
-        """``run`` for code without a running event loop; closes the agents' own LLM clients after."""
+        """``run`` for code without a running event loop; closes the agents' own LLM clients and
+        the loop's shared MCP sessions after."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -61,9 +62,12 @@ class Runners:
         target = Runners._target(agent, swarm)
 
         async def main() -> Episode:
+            from aworld_core.tools.mcp_shared import close_shared_sessions
+
             try:
                 return await run_episode(target, input, llm=llm, **kwargs)
             finally:
                 await target.aclose()
+                await close_shared_sessions()
 
         return asyncio.run(main())

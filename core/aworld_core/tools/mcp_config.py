@@ -5,15 +5,16 @@ Form (as AWorld users write it)::
     {"mcpServers": {"aworld-mcp": {"type": "streamable-http", "url": "http://host:8000/mcp",
                                    "headers": {"Authorization": "Bearer T", "MCP_SERVERS": "wiki,arxiv"},
                                    "timeout": 600, "sse_read_timeout": 600,
-                                   "tools_cache_ttl": 300}}}
+                                   "tools_cache_ttl": 300, "session": "auto"}}}
 
 ``type`` is ``streamable-http``, ``sse`` or ``stdio`` (``command``/``args``/``env``/``cwd``).
 Unknown keys are errors naming the server and the key: a misspelt ``headers`` would otherwise
 silently run episodes unauthenticated.
 
-``tools_cache_ttl`` (seconds, default 300; 0 turns it off) is how long the server's tool list,
-listed by one episode's session, is reused by the next episodes' sessions (see
-``mcp_client.ToolListCache``): each episode still opens its own session.
+``tools_cache_ttl`` (seconds, default 300; 0 turns it off) is how long the server's tool list is
+reused by later episodes (``mcp_tool_cache.ToolListCache``). ``session`` (``auto``, ``episode``,
+``shared``; default ``auto``) says whether episodes share one MCP session to this server
+(``mcp_shared``): ``auto`` shares when the server speaks the stateless 2026 protocol.
 """
 
 from __future__ import annotations
@@ -53,8 +54,16 @@ class MCPServerConfig(BaseModel):
         default=300.0,
         ge=0,
         description=(
-            "Seconds this server's tool list is reused by later episodes' sessions (each episode still "
-            "opens its own session); 0 lists the tools in every episode."
+            "Seconds this server's tool list is reused by later episodes; 0 lists the tools in every episode."
+        ),
+    )
+    session: Literal["auto", "episode", "shared"] = Field(
+        default="auto",
+        description=(
+            "Whether episodes share one MCP session to this server (streamable HTTP only): 'auto' shares "
+            "when the server speaks the stateless 2026 protocol (no Mcp-Session-Id), 'episode' opens one "
+            "per episode, 'shared' shares whatever the server speaks. Each request carries its episode's "
+            "X-Episode-Id / X-Task-Id headers either way."
         ),
     )
     command: str | None = None
@@ -129,7 +138,7 @@ def parse_mcp_config(config: dict[str, Any] | MCPConfig) -> MCPConfig:
                 loc[0] = "mcpServers"
             where = "mcp_config." + ".".join(loc)
             expected = "no such key (known: type, url, headers, timeout, sse_read_timeout, " \
-                "client_session_timeout_seconds, tools_cache_ttl, command, args, env, cwd, description)" \
+                "client_session_timeout_seconds, tools_cache_ttl, session, command, args, env, cwd, description)" \
                 if err["type"] == "extra_forbidden" else err["msg"]
             problems.append((where, err.get("input"), expected))
             lines.append(f"  {where}: {expected}")

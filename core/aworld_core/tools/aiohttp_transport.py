@@ -1,0 +1,126 @@
+"""An ``httpx2`` transport that sends requests with ``aiohttp``: the MCP SDK's HTTP engine.
+
+Why: the MCP SDK speaks HTTP through ``httpx2``, whose connection pool (``httpcore2``) checks
+every pooled connection's socket on every request. A session shared by hundreds of concurrent
+episodes holds hundreds of connections, and that scan became most of the framework's CPU
+(``benchmarks/rollout_overhead.py`` at concurrency 256). ``aiohttp``'s pool hands out a free
+connection without scanning. The SDK's protocol code is untouched: only the bytes on the wire
+go through aiohttp, and its errors are raised as the ``httpx2`` errors the SDK expects.
+
+Decoding stays with ``httpx2`` (``auto_decompress=False``), redirects too (never followed here).
+Imported only when an MCP session opens (it imports ``httpx2`` and ``aiohttp``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import httpx2
+
+
+def _map_error(exc: BaseException, *, connecting: bool) -> BaseException:
+    """The ``httpx2`` error for an ``aiohttp`` / socket error (the SDK and our messages read these)."""
+    message = str(exc) or type(exc).__name__
+    if isinstance(exc, aiohttp.ConnectionTimeoutError) or (connecting and isinstance(exc, asyncio.TimeoutError)):
+        return httpx2.ConnectTimeout(message)
+    if isinstance(exc, (aiohttp.SocketTimeoutError, asyncio.TimeoutError)):
+        return httpx2.ReadTimeout(message)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return httpx2.ConnectError(message)
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return httpx2.RemoteProtocolError(message)
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return httpx2.RemoteProtocolError(message)
+    if isinstance(exc, (aiohttp.ClientOSError, OSError)):
+        return httpx2.ConnectError(message) if connecting else httpx2.ReadError(message)
+    if isinstance(exc, aiohttp.ClientError):
+        return httpx2.NetworkError(message)
+    return exc
+
+
+class _ResponseBody(httpx2.AsyncByteStream):
+    """An aiohttp response body as an ``httpx2.AsyncByteStream``."""
+
+    def __init__(self, response: Any):
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except Exception as exc:
+            mapped = _map_error(exc, connecting=False)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def aclose(self) -> None:
+        # a fully read body gives the connection back to the pool; a partly read one closes it
+        self._response.release()
+
+
+class AiohttpTransport(httpx2.AsyncBaseTransport):
+    """``httpx2.AsyncClient(transport=AiohttpTransport(...))``.
+
+    ``limit``: most connections at once (0: no limit, what a shared MCP session needs);
+    ``ssl_context``: for https URLs (one shared context: loading CA bundles is costly).
+    """
+
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None, limit: int = 0, keepalive_s: float = 30.0):
+        self._ssl = ssl_context
+        self._limit = limit
+        self._keepalive_s = keepalive_s
+        self._session: Any = None
+
+    def _client(self) -> Any:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._limit, ssl=self._ssl if self._ssl is not None else True, keepalive_timeout=self._keepalive_s
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding")
+            )
+        return self._session
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        timeouts = request.extensions.get("timeout") or {}
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=timeouts.get("connect"), sock_read=timeouts.get("read")
+        )
+        body = await request.aread()
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+        try:
+            response = await self._client().request(
+                request.method,
+                str(request.url),
+                headers=headers,
+                data=body or None,
+                timeout=timeout,
+                allow_redirects=False,
+                compress=False,
+            )
+        except Exception as exc:
+            # before any response byte: an error while connecting or while waiting for headers
+            connecting = isinstance(exc, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError))
+            mapped = _map_error(exc, connecting=connecting)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        return httpx2.Response(
+            status_code=response.status,
+            headers=list(response.raw_headers),
+            stream=_ResponseBody(response),
+            extensions={
+                "http_version": f"HTTP/{response.version.major}.{response.version.minor}".encode(),
+                "reason_phrase": (response.reason or "").encode("latin-1", "replace"),
+            },
+        )
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            await session.close()
