@@ -17,6 +17,7 @@ from aworld_core.errors import MCPConnectionError
 from aworld_core.tools.mcp_client import TOOL_LIST_CACHE, MCPToolset, close_shared_sessions
 from aworld_core.tools.mcp_config import MCPServerConfig, parse_mcp_config
 from aworld_core.tools.mcp_shared import SHARED_SESSIONS
+from support.fault_proxy import FaultProxy
 from support.mcp_servers import McpHttpServer
 from support.openai_stub import free_port
 
@@ -139,6 +140,32 @@ async def test_a_call_that_times_out_does_not_disturb_the_other_episodes():
         _, after = await episode(server.config(), "after")
     assert after.content == "42"
     assert SHARED_SESSIONS.opened == 1
+
+
+async def test_a_connection_cut_on_one_call_does_not_cut_the_others_in_flight():
+    """The SDK runs every POST in its session's task group: an exception there would end the
+    shared session and every episode's call on it. The network error stays with its call."""
+    async with McpHttpServer(name="calc") as server, FaultProxy(server.port, drop=b"x-episode-id: drop") as proxy:
+        entry = {"type": "streamable-http", "url": proxy.url, "timeout": 5}
+        assert (await episode(entry, "first"))[1].content == "42"  # opens the shared session
+        sleepers = [episode(entry, f"sleep-{i}", "sleep", {"seconds": 1.0}) for i in range(4)]
+
+        async def dropped():
+            await asyncio.sleep(0.3)  # while the sleepers' calls are in flight
+            return await episode(entry, "drop-1")
+
+        *slept, (drop_conn, drop_out) = await asyncio.gather(*sleepers, dropped())
+        assert proxy.dropped == 1
+        assert [out.content for _, out in slept] == ["slept 1.0"] * 4
+        assert drop_out.is_error and "'calc'" in drop_out.content
+        assert "Error" in drop_out.content  # the cause is named (ReadError/RemoteProtocolError: ...)
+        # the cut call marked the session lost: the next episode opens a new one, and the old
+        # one closes once nothing runs on it
+        assert (await episode(entry, "after"))[1].content == "42"
+        assert SHARED_SESSIONS.opened == 2
+        await asyncio.sleep(0.1)
+        shared = [t for t in asyncio.all_tasks() if t.get_name().startswith("mcp-shared:") and not t.done()]
+        assert len(shared) == 1
 
 
 async def test_a_server_that_restarts_costs_one_call_and_the_next_episode_reconnects():

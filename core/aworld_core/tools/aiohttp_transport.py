@@ -9,11 +9,20 @@ go through aiohttp, and its errors are raised as the ``httpx2`` errors the SDK e
 
 Decoding stays with ``httpx2`` (``auto_decompress=False``), redirects too (never followed here).
 Imported only when an MCP session opens (it imports ``httpx2`` and ``aiohttp``).
+
+``confine_errors``: the SDK runs each POST in its session's task group, so a network error on one
+request (a reset connection) would tear the whole session down, and with it every other
+episode's call in flight on a shared session. Once a session is open, its transport answers such
+a request with what a server would send for a request it could not serve: a JSON-RPC error
+(``CONNECTION_CLOSED``, or ``REQUEST_TIMEOUT``) naming the network error, with status 502 and an
+``x-aworld-transport-error`` header. Only that call fails, with a precise cause; the session
+goes on. Non-streaming bodies are read here, so an error while reading one is confined too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any
@@ -40,6 +49,20 @@ def _map_error(exc: BaseException, *, connecting: bool) -> BaseException:
     if isinstance(exc, aiohttp.ClientError):
         return httpx2.NetworkError(message)
     return exc
+
+
+def _error_response(error: BaseException, request: httpx2.Request) -> httpx2.Response:
+    """A JSON-RPC error answering ``request`` for a network error (see ``confine_errors``)."""
+    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+    code = REQUEST_TIMEOUT if isinstance(error, httpx2.TimeoutException) else CONNECTION_CLOSED
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": f"{type(error).__name__}: {error}"}}
+    return httpx2.Response(
+        status_code=502,
+        headers=[("content-type", "application/json"), ("x-aworld-transport-error", "1")],
+        content=json.dumps(body).encode(),
+        request=request,
+    )
 
 
 class _ResponseBody(httpx2.AsyncByteStream):
@@ -70,11 +93,14 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
     ``ssl_context``: for https URLs (one shared context: loading CA bundles is costly).
     """
 
-    def __init__(self, *, ssl_context: ssl.SSLContext | None = None, limit: int = 0, keepalive_s: float = 30.0):
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None, limit: int = 0, keepalive_s: float = 4.0):
         self._ssl = ssl_context
         self._limit = limit
+        # idle connections are closed before common servers close them (uvicorn: 5 s), so a
+        # request is never sent on a connection the server is closing at that moment
         self._keepalive_s = keepalive_s
         self._session: Any = None
+        self.confine_errors = False
 
     def _client(self) -> Any:
         if self._session is None or self._session.closed:
@@ -93,6 +119,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         )
         body = await request.aread()
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+        response = None
         try:
             response = await self._client().request(
                 request.method,
@@ -103,21 +130,31 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                 allow_redirects=False,
                 compress=False,
             )
+            streaming = response.content_type == "text/event-stream"
+            content = None if streaming else await response.read()
         except Exception as exc:
-            # before any response byte: an error while connecting or while waiting for headers
-            connecting = isinstance(exc, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError))
+            connecting = response is None and isinstance(
+                exc, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+            )
             mapped = _map_error(exc, connecting=connecting)
             if mapped is exc:
                 raise
+            if self.confine_errors:
+                return _error_response(mapped, request)
             raise mapped from exc
+        extensions = {
+            "http_version": f"HTTP/{response.version.major}.{response.version.minor}".encode(),
+            "reason_phrase": (response.reason or "").encode("latin-1", "replace"),
+        }
+        if content is not None:
+            return httpx2.Response(
+                status_code=response.status, headers=list(response.raw_headers), content=content, extensions=extensions
+            )
         return httpx2.Response(
             status_code=response.status,
             headers=list(response.raw_headers),
             stream=_ResponseBody(response),
-            extensions={
-                "http_version": f"HTTP/{response.version.major}.{response.version.minor}".encode(),
-                "reason_phrase": (response.reason or "").encode("latin-1", "replace"),
-            },
+            extensions=extensions,
         )
 
     async def aclose(self) -> None:

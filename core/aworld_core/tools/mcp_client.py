@@ -167,11 +167,13 @@ class MCPServerConnection:
         finally:
             REQUEST_STATE.reset(token)
         started = time.perf_counter()
+        session.inflight += 1
         try:
             done, _ = await asyncio.wait({call, task}, timeout=timeout + 2.0, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not call.done():
                 call.cancel()
+            session.call_done()
         if call in done:
             try:
                 result = call.result()

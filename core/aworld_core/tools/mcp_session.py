@@ -88,6 +88,9 @@ class MCPSession:
         self._errlog: Any = None
         self._own_listing = False  # our own tools/list in flight (not the SDK re-listing)
         self._relist: asyncio.Future[list[Any]] | None = None
+        self._http: Any = None  # the AiohttpTransport under a streamable-HTTP session
+        self.inflight = 0  # tool calls running on this session
+        self.retired = False  # replaced (shared): close when the calls in flight are done
 
     @property
     def where(self) -> str:
@@ -138,6 +141,9 @@ class MCPSession:
             await self.stop()
             raise
         self.dead = None
+        if self._http is not None:
+            # open: from now on a network error fails its own request, not the session
+            self._http.confine_errors = True
         return self.tools
 
     async def _serve(self, ready: asyncio.Future[list[Any]], closing: asyncio.Event) -> None:
@@ -272,7 +278,7 @@ class MCPSession:
         # pool costs CPU per pooled connection on every request); no cap on connections, as a
         # shared session carries every episode's calls at once
         https = (cfg.url or "").startswith("https://")
-        transport = AiohttpTransport(ssl_context=verify if https else None)
+        transport = self._http = AiohttpTransport(ssl_context=verify if https else None)
         http = await stack.enter_async_context(
             httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks, transport=transport)
         )
@@ -336,6 +342,23 @@ class MCPSession:
 
     # -- close -------------------------------------------------------------------------------
 
+    def call_done(self) -> None:
+        self.inflight -= 1
+        if self.retired and self.inflight == 0:
+            self._close_soon()
+
+    def retire(self) -> None:
+        """Close once the calls in flight are done (a shared session replaced by a new one:
+        other episodes' calls on it must not be cut off)."""
+        self.retired = True
+        if self.inflight == 0:
+            self._close_soon()
+
+    def _close_soon(self) -> None:
+        task = asyncio.ensure_future(self.aclose(grace_s=0))
+        _CLOSING.add(task)
+        task.add_done_callback(_CLOSING.discard)
+
     async def aclose(self, grace_s: float = 5.0) -> None:
         if self._closing is not None:
             self._closing.set()
@@ -358,6 +381,9 @@ class MCPSession:
             await task
         except (asyncio.CancelledError, Exception):
             pass
+
+
+_CLOSING: set[asyncio.Future[None]] = set()  # retired sessions being closed (kept referenced)
 
 
 @functools.cache

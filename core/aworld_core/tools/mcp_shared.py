@@ -89,8 +89,8 @@ class SharedSessions:
                 continue
             if entry.session.alive:
                 return entry.session, True
-            del pool[key]  # lost: the next line opens a new one
-            await entry.session.aclose(grace_s=0)
+            del pool[key]  # lost: a new one is opened below; the old one closes when idle
+            entry.session.retire()
         entry = _Entry(asyncio.get_running_loop().create_future())
         pool[key] = entry
         try:
