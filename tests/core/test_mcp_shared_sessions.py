@@ -271,3 +271,16 @@ def test_session_field_is_validated():
 
     with pytest.raises(ConfigError, match="session"):
         parse_mcp_config({"mcpServers": {"s": {"url": "http://h/mcp", "session": "pooled"}}})
+
+
+async def test_a_cancelled_first_episode_leaves_the_opening_to_the_next():
+    async with McpHttpServer(name="calc") as server:
+        first = asyncio.ensure_future(episode(server.config(), "cancelled"))
+        await asyncio.sleep(0)  # the first episode starts opening the shared session
+        others = [asyncio.ensure_future(episode(server.config(), f"w-{i}")) for i in range(3)]
+        await asyncio.sleep(0)
+        first.cancel()
+        results = await asyncio.gather(*others)
+        with pytest.raises(asyncio.CancelledError):
+            await first
+    assert all(out.content == "42" for _, out in results)

@@ -67,7 +67,8 @@ class SharedSessions:
         episode's own (an ``auto`` server that turned out stateful), or None (open your own).
 
         ``open_session(shared)`` connects with the caller's retry policy and raises
-        ``MCPConnectionError`` when it cannot; the error reaches every episode waiting on it.
+        ``StartFailure`` when it cannot; the error reaches every episode waiting on it. If the
+        opening episode is cancelled, the next waiting one opens instead.
         """
         if config.type != "streamable-http" or config.session == "episode":
             return None
@@ -95,11 +96,16 @@ class SharedSessions:
         pool[key] = entry
         try:
             session = await open_session(True)
-        except BaseException as exc:
+        except Exception as exc:
             del pool[key]
             assert entry.opening is not None
-            entry.opening.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+            entry.opening.set_exception(exc)  # every waiting episode fails with the same cause
             entry.opening.exception()  # retrieved: waiters re-raise it, none is needed
+            raise
+        except BaseException:  # the opening episode was cancelled: a waiting one opens instead
+            del pool[key]
+            assert entry.opening is not None
+            entry.opening.set_result(None)
             raise
         if config.session == "auto" and not session.stateless:
             # a handshake-era server may keep state per session: this one stays the opener's own
