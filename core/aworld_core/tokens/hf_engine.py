@@ -236,12 +236,14 @@ class HFTokenEngine:
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()
             chosen, chosen_logprobs = self._sample(logits, temperature, first.top_p, first.top_k, mode, generators)
+            # one transfer to Python per step, not one tensor index per row
+            chosen_list, logprob_list = chosen.tolist(), chosen_logprobs.tolist()
             for i, request in enumerate(batch):
                 if done[i]:
                     continue
-                token = int(chosen[i])
+                token = chosen_list[i]
                 tokens[i].append(token)
-                logprobs[i].append(float(chosen_logprobs[i]))
+                logprobs[i].append(logprob_list[i])
                 if token in request.stop_ids or self._hit_stop_string(request, tokens[i]):
                     done[i], reasons[i] = True, STOP
                 elif len(tokens[i]) >= limits[i]:
@@ -283,9 +285,12 @@ class HFTokenEngine:
             ordered = ordered.masked_fill(drop, float("-inf"))
             filtered = torch.full_like(filtered, float("-inf")).scatter(-1, order, ordered)
         probs = torch.softmax(filtered, dim=-1)
-        chosen = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
-        for i in range(probs.shape[0]):
-            chosen[i] = torch.multinomial(probs[i], 1, generator=generators[i])[0]
+        if all(generator is None for generator in generators):
+            chosen = torch.multinomial(probs, 1).squeeze(-1)  # the whole batch in one draw
+        else:  # a seeded request draws from its own generator (reproducible whatever its batch)
+            chosen = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
+            for i in range(probs.shape[0]):
+                chosen[i] = torch.multinomial(probs[i], 1, generator=generators[i])[0]
         if mode == "raw":
             table = raw
         elif mode == "scaled":
