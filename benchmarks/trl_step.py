@@ -95,9 +95,9 @@ def run_aworld(model_dir: Path, samples: list[Any], args: Any, concurrency: int)
     from transformers import AutoModelForCausalLM
 
     from aworld_core.agents.agent import Agent
+    from aworld_core.runtime.loop_thread import LoopThread
     from aworld_core.tokens.hf_engine import HFTokenEngine
     from aworld_core.tokens.llm import TokenLLM, load_tokenizer
-    from aworld_trl.event_loop import LoopThread
     from aworld_trl.grpo import trainer_class
     from aworld_trl.rollout import AworldRollout, EpisodeRunner, make_reward_func, trl_sampling
 
