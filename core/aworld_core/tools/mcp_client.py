@@ -26,7 +26,7 @@ from typing import Any
 from aworld_core.errors import MCPConnectionError
 from aworld_core.tools.base import ToolOutcome, ToolSpec
 from aworld_core.tools.mcp_config import MCPServerConfig
-from aworld_core.tools.mcp_session import REQUEST_STATE, MCPSession, RequestState, StartFailure
+from aworld_core.tools.mcp_session import REQUEST_STATE, MCPSession, RequestState, StartFailure, server_where
 from aworld_core.tools.mcp_shared import SHARED_SESSIONS, close_shared_sessions
 from aworld_core.tools.mcp_tool_cache import TOOL_LIST_CACHE, CachedToolList, ToolListCache, tool_list_key
 
@@ -73,9 +73,7 @@ class MCPServerConnection:
 
     @property
     def where(self) -> str:
-        if self.config.type == "stdio":
-            return f"command {' '.join([self.config.command or '', *self.config.args]).strip()!r}"
-        return f"{self.config.type} URL {self.config.url}"
+        return server_where(self.config)
 
     # -- start -------------------------------------------------------------------------------
 

@@ -94,9 +94,7 @@ class MCPSession:
 
     @property
     def where(self) -> str:
-        if self.config.type == "stdio":
-            return f"command {' '.join([self.config.command or '', *self.config.args]).strip()!r}"
-        return f"{self.config.type} URL {self.config.url}"
+        return server_where(self.config)
 
     @property
     def task(self) -> asyncio.Task[None] | None:
@@ -290,6 +288,8 @@ class MCPSession:
             request.headers.update(state.headers)
 
     async def _record_response(self, response: Any) -> None:
+        if "x-aworld-transport-error" in response.headers:
+            return  # no server answered: the network error is the JSON-RPC error's message
         self._last_status = response.status_code
         state = REQUEST_STATE.get()
         if state is not None:
@@ -381,6 +381,13 @@ class MCPSession:
             await task
         except (asyncio.CancelledError, Exception):
             pass
+
+
+def server_where(config: MCPServerConfig) -> str:
+    """Where a server is, for messages: its URL, or its stdio command."""
+    if config.type == "stdio":
+        return f"command {' '.join([config.command or '', *config.args]).strip()!r}"
+    return f"{config.type} URL {config.url}"
 
 
 _CLOSING: set[asyncio.Future[None]] = set()  # retired sessions being closed (kept referenced)
