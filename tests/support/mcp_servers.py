@@ -234,8 +234,10 @@ class McpHttpServer:
         port: int = 0,
         tools_ttl_ms: int | None = None,
         handshake_only: bool = False,
+        tls: tuple[str, str] | None = None,
     ):
         self.name = name
+        self.tls = tls  # (certfile, keyfile): serve https
         self.tools = list(tools) if tools is not None else None
         self.token = token
         self.transport = transport
@@ -250,7 +252,8 @@ class McpHttpServer:
     @property
     def url(self) -> str:
         path = "/sse" if self.transport == "sse" else "/mcp"
-        return f"http://{self.host}:{self.port}{path}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.host}:{self.port}{path}"
 
     def config(self, token: str | None = ..., **extra: Any) -> dict[str, Any]:  # type: ignore[assignment]
         """This server as an ``mcpServers`` entry; ``token=`` overrides the token sent."""
@@ -277,7 +280,8 @@ class McpHttpServer:
             tools_ttl_ms=self.tools_ttl_ms,
             handshake_only=self.handshake_only,
         )
-        config = uvicorn.Config(app, log_level="critical", timeout_graceful_shutdown=1, lifespan="on")
+        tls = {"ssl_certfile": self.tls[0], "ssl_keyfile": self.tls[1]} if self.tls else {}
+        config = uvicorn.Config(app, log_level="critical", timeout_graceful_shutdown=1, lifespan="on", **tls)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, name=f"mcp-{self.name}", daemon=True
