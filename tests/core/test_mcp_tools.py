@@ -152,3 +152,24 @@ async def test_toolset_open_fails_whole_when_one_server_refuses(http_server):
     with pytest.raises(MCPConnectionError, match="'bad'"):
         await toolset.open()
     assert all(c.session is None for c in toolset.connections.values())  # nothing left open
+
+
+async def test_proxy_settings_from_the_environment_are_honoured(http_server, monkeypatch):
+    """HTTP_PROXY / NO_PROXY apply to MCP requests, as they did when httpx2 sent them."""
+    dead_proxy = f"http://127.0.0.1:{free_port()}"
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, dead_proxy)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    entry = http_server.config(session="episode")
+    with pytest.raises(MCPConnectionError) as info:
+        await connection(entry).start()
+    assert dead_proxy.rsplit(":", 1)[1] in str(info.value)  # it went to the proxy, which is not there
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1")
+    conn = connection(entry)
+    await conn.start()
+    try:
+        assert (await conn.call("add", {"a": 1, "b": 2})).content == "3"
+    finally:
+        await conn.aclose()

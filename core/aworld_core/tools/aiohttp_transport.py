@@ -107,8 +107,13 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             connector = aiohttp.TCPConnector(
                 limit=self._limit, ssl=self._ssl if self._ssl is not None else True, keepalive_timeout=self._keepalive_s
             )
+            # trust_env: HTTP(S)_PROXY / NO_PROXY as httpx2 honours them (it ignores them once it is
+            # given a transport, so this transport must)
             self._session = aiohttp.ClientSession(
-                connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding")
+                connector=connector,
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
+                trust_env=True,
             )
         return self._session
 
