@@ -17,17 +17,10 @@ from aworld_core.errors import ConfigError, MCPConnectionError
 from aworld_core.tools import mcp_client
 from aworld_core.tools.mcp_client import TOOL_LIST_CACHE, MCPToolset, ToolListCache, tool_list_key
 from aworld_core.tools.mcp_config import MCPServerConfig, parse_mcp_config
+from support.clock import FakeClock
 from support.mcp_servers import McpHttpServer, stdio_server_config
 
 TOKEN = "cache-token"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(autouse=True)
