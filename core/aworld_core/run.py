@@ -93,7 +93,7 @@ def run_eval(job: Any, limit: int | None, out: TextIO) -> int:
     report = asyncio.run(closing_shared_sessions(evaluate(
         agent, samples, job.reward, concurrency=job.rollout.concurrency, output=output,
         timeout=job.rollout.episode_timeout_s, base_dir=job.base_dir,
-    )))
+    ), agent))
     out.write(report.summary() + "\n")
     return 0
 

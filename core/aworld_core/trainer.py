@@ -238,4 +238,4 @@ class AgentTrainer:
             agent, samples, self.job.reward, llm=llm, concurrency=concurrency or self.job.rollout.concurrency,
             output=target, progress=progress, timeout=self.job.rollout.episode_timeout_s,
             base_dir=self.job.base_dir,
-        )))
+        ), agent))

@@ -169,9 +169,12 @@ async def close_shared_sessions() -> None:
     await SHARED_SESSIONS.aclose()
 
 
-async def closing_shared_sessions(awaitable: Awaitable[T]) -> T:
-    """``await awaitable``, then close the loop's shared MCP sessions: for ``asyncio.run(...)``."""
+async def closing_shared_sessions(awaitable: Awaitable[T], *owners: Any) -> T:
+    """``await awaitable``, then close ``owners`` (agents: their own LLM clients) and the loop's
+    shared MCP sessions: for ``asyncio.run(...)`` of a loop that ends with it."""
     try:
         return await awaitable
     finally:
+        for owner in owners:
+            await owner.aclose()
         await close_shared_sessions()
