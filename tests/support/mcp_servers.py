@@ -8,7 +8,9 @@
 
 Tools (pick a subset with ``tools=``): ``add``, ``echo``, ``upper``, ``fail`` (raises an
 unexpected exception), ``refuse`` (raises the SDK's ``ToolError`` with a message), ``sleep``
-(for timeouts), ``count`` (per-server call counter).
+(for timeouts), ``count`` (per-server call counter), ``region`` (an argument mirrored into the
+``Mcp-Param-Region`` header, ``x-mcp-header``), ``resume`` (answers ``input_required`` with a
+``requestState`` first, then the result when the client retries with it).
 
 This file is also a script: ``python mcp_servers.py --stdio`` or ``--http --port N [--token T]``.
 It imports nothing from the test tree, so a subprocess can run it by path.
@@ -27,7 +29,11 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context
+from mcp_types import InputRequiredResult
+from pydantic import Field
 
 __all__ = [
     "ALL_TOOLS",
@@ -38,7 +44,7 @@ __all__ = [
     "wait_for_port",
 ]
 
-ALL_TOOLS = ("add", "echo", "upper", "fail", "refuse", "sleep", "count")
+ALL_TOOLS = ("add", "echo", "upper", "fail", "refuse", "sleep", "count", "region", "resume")
 THIS_FILE = Path(__file__).resolve()
 
 
@@ -108,6 +114,20 @@ def build_mcp_server(
             await asyncio.sleep(seconds)
             return f"slept {seconds}"
 
+    if "region" in chosen:
+        @server.tool()
+        def region(where: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+            """Name the region (the argument also travels in the Mcp-Param-Region header)."""
+            return f"region {where}"
+
+    if "resume" in chosen:
+        @server.tool()
+        def resume(ctx: Context) -> str | InputRequiredResult:
+            """Asks the client to come back (input_required with only a state), then answers."""
+            if ctx.request_state == "round-1":
+                return "resumed"
+            return InputRequiredResult(request_state="round-1")
+
     if "count" in chosen:
 
         @server.tool()
@@ -122,15 +142,25 @@ def build_mcp_server(
 class _BearerAuth:
     """ASGI wrapper: 401 unless ``Authorization: Bearer <token>``; records request headers."""
 
-    def __init__(self, app: Any, token: str | None, seen: list[dict[str, str]]):
+    def __init__(self, app: Any, token: str | None, seen: list[dict[str, str]], bodies: list[bytes] | None = None):
         self.app = app
         self.token = token
         self.seen = seen
+        self.bodies = bodies if bodies is not None else []  # request bodies, index-aligned with ``seen``
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
             self.seen.append(headers)
+            self.bodies.append(b"")
+            index, inner = len(self.bodies) - 1, receive
+
+            async def receive() -> dict[str, Any]:
+                message = await inner()
+                if message.get("type") == "http.request":
+                    self.bodies[index] += message.get("body", b"")
+                return message
+
             if self.token is not None and headers.get("authorization") != f"Bearer {self.token}":
                 body = json.dumps({"error": "unauthorized", "detail": "missing or wrong bearer token"}).encode()
                 await send(
@@ -198,6 +228,7 @@ def build_app(
     tools: Iterable[str] | None = None,
     token: str | None = None,
     seen: list[dict[str, str]] | None = None,
+    bodies: list[bytes] | None = None,
     tools_ttl_ms: int | None = None,
     handshake_only: bool = False,
 ) -> Any:
@@ -210,14 +241,15 @@ def build_app(
             app = _HandshakeOnly(app)
     else:
         raise ValueError(f"transport must be 'streamable-http' or 'sse', got {transport!r}")
-    return _BearerAuth(app, token, seen if seen is not None else [])
+    return _BearerAuth(app, token, seen if seen is not None else [], bodies)
 
 
 class McpHttpServer:
     """A test MCP server over HTTP in a background thread.
 
     ``url`` is the endpoint (``.../mcp`` or ``.../sse``); ``config()`` gives its ``mcpServers``
-    entry; ``headers_seen`` lists the headers of every HTTP request it received,
+    entry; ``headers_seen`` lists the headers of every HTTP request it received (``bodies_seen``
+    their bodies),
     ``methods_seen()`` their ``Mcp-Method`` headers. ``handshake_only=True``: a server that
     refuses the 2026 protocol's ``server/discover`` (clients fall back to ``initialize`` and
     get an ``Mcp-Session-Id``).
@@ -246,6 +278,7 @@ class McpHttpServer:
         self.tools_ttl_ms = tools_ttl_ms
         self.handshake_only = handshake_only
         self.headers_seen: list[dict[str, str]] = []
+        self.bodies_seen: list[bytes] = []
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -277,6 +310,7 @@ class McpHttpServer:
             tools=self.tools,
             token=self.token,
             seen=self.headers_seen,
+            bodies=self.bodies_seen,
             tools_ttl_ms=self.tools_ttl_ms,
             handshake_only=self.handshake_only,
         )

@@ -27,6 +27,7 @@ from typing import Any
 
 from aworld_core.agents.agent import Agent
 from aworld_core.agents.swarm import Swarm
+from aworld_core.aio import gather_settled
 from aworld_core.errors import LLMError, MCPConnectionError, UsageError
 from aworld_core.plugins import maybe_await
 from aworld_core.schemas import (
@@ -137,7 +138,7 @@ class _Run:
             for a in agents
         ]
         self.toolsets = [t for t in toolsets if t is not None]
-        opened = await asyncio.gather(*(t.open() if t else _no_tools() for t in toolsets), return_exceptions=True)
+        opened = await gather_settled([t.open() if t else _no_tools() for t in toolsets])
         for result in opened:
             if isinstance(result, BaseException):
                 raise result
@@ -165,7 +166,7 @@ class _Run:
             )
 
     async def close_tools(self) -> None:
-        await asyncio.gather(*(t.aclose() for t in self.toolsets), return_exceptions=True)
+        await gather_settled([t.aclose() for t in self.toolsets])  # each toolset reports its own
 
     def _agent_tool(self, member: Agent, lead: Agent) -> Any:
         async def run(arguments: dict[str, Any]) -> ToolOutcome:
@@ -266,13 +267,15 @@ class _Run:
         except _EpisodeEnded as ended:
             return ended.result
         finally:
-            # sessions are closed even when the episode is cancelled while closing them
-            closing = asyncio.ensure_future(self.close_tools())
-            try:
-                await asyncio.shield(closing)
-            except asyncio.CancelledError:
-                await closing
-                raise
+            # sessions are closed even when the episode is cancelled while closing them; nothing
+            # to close (shared sessions only) costs no task
+            if any(t.needs_closing() for t in self.toolsets):
+                closing = asyncio.ensure_future(self.close_tools())
+                try:
+                    await asyncio.shield(closing)
+                except asyncio.CancelledError:
+                    await closing
+                    raise
 
     async def _run_root(self, question: str, prompt: list[Message] | None) -> _Result:
         root = self.root
@@ -401,43 +404,44 @@ async def run_episode(
         lead = agent_or_swarm.lead if isinstance(agent_or_swarm, Swarm) else agent_or_swarm
         timeout = lead.conf.episode_timeout_s
 
-    inner = asyncio.ensure_future(run.execute(question, prompt))
+    # the episode runs in this task under a deadline (no task of its own: at concurrency 1 each
+    # extra task is measurable CPU, benchmarks/rollout_overhead.py)
+    deadline = asyncio.timeout(timeout)
+    result: _Result | None = None
+    exc: Exception | None = None
     try:
-        done, _ = await asyncio.wait({inner}, timeout=timeout)
-    except asyncio.CancelledError as cancelled:
-        inner.cancel()
-        await asyncio.gather(inner, return_exceptions=True)
+        async with deadline:
+            result = await run.execute(question, prompt)
+    except asyncio.CancelledError as cancelled:  # the caller's cancellation (our deadline raises TimeoutError)
         episode.finish(EpisodeStatus.CANCELLED, "the episode was cancelled")
         await run.finish_sessions(keep=False)
         episode.messages = list(run.primary_messages or run.root_messages or [])
         cancelled.episode = episode  # type: ignore[attr-defined]  # the partial record, for callers that keep it
         raise
+    except Exception as error:  # recorded on the episode below, never swallowed
+        exc = error
 
-    if not done:
-        inner.cancel()
-        await asyncio.gather(inner, return_exceptions=True)
+    if exc is not None and isinstance(exc, TimeoutError) and deadline.expired():
         episode.finish(
             EpisodeStatus.TIMEOUT,
             f"the episode exceeded its {timeout:g} s timeout after {len(episode.steps)} steps",
         )
+    elif exc is None:
+        assert result is not None
+        episode.final_answer = result.answer
+        episode.metadata["stop"] = result.stop
+        if result.stop != STOP_FINAL and isinstance(agent_or_swarm, Swarm):
+            episode.metadata["stopped_agent"] = result.agent
+        episode.finish(EpisodeStatus.SUCCESS)
+    elif isinstance(exc, (MCPConnectionError, UsageError)):
+        await run.finish_sessions(keep=False)
+        raise exc
+    elif isinstance(exc, LLMError):
+        episode.finish(EpisodeStatus.FAILED, str(exc))
     else:
-        exc = inner.exception()
-        if exc is None:
-            result = inner.result()
-            episode.final_answer = result.answer
-            episode.metadata["stop"] = result.stop
-            if result.stop != STOP_FINAL and isinstance(agent_or_swarm, Swarm):
-                episode.metadata["stopped_agent"] = result.agent
-            episode.finish(EpisodeStatus.SUCCESS)
-        elif isinstance(exc, (MCPConnectionError, UsageError)):
-            await run.finish_sessions(keep=False)
-            raise exc
-        elif isinstance(exc, LLMError):
-            episode.finish(EpisodeStatus.FAILED, str(exc))
-        else:
-            episode.finish(EpisodeStatus.FAILED, f"{type(exc).__name__}: {exc}")
-            episode.metadata["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            logger.warning("episode %s failed: %s: %s", episode.id, type(exc).__name__, exc)
+        episode.finish(EpisodeStatus.FAILED, f"{type(exc).__name__}: {exc}")
+        episode.metadata["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        logger.warning("episode %s failed: %s: %s", episode.id, type(exc).__name__, exc)
 
     error = await run.finish_sessions(keep=episode.status is EpisodeStatus.SUCCESS)
     if error is not None and episode.status is EpisodeStatus.SUCCESS:

@@ -31,7 +31,7 @@ import aiohttp
 import httpx2
 
 
-def _map_error(exc: BaseException, *, connecting: bool) -> BaseException:
+def map_error(exc: BaseException, *, connecting: bool) -> BaseException:
     """The ``httpx2`` error for an ``aiohttp`` / socket error (the SDK and our messages read these)."""
     message = str(exc) or type(exc).__name__
     if isinstance(exc, aiohttp.ConnectionTimeoutError) or (connecting and isinstance(exc, asyncio.TimeoutError)):
@@ -76,7 +76,7 @@ class _ResponseBody(httpx2.AsyncByteStream):
             async for chunk in self._response.content.iter_any():
                 yield chunk
         except Exception as exc:
-            mapped = _map_error(exc, connecting=False)
+            mapped = map_error(exc, connecting=False)
             if mapped is exc:
                 raise
             raise mapped from exc
@@ -101,9 +101,10 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         self._keepalive_s = keepalive_s
         self._session: Any = None
         self.confine_errors = False
-        self._proxies: dict[tuple[str, str, int | None], tuple[Any, Any]] = {}
+        self._proxies: dict[str, tuple[Any, Any]] = {}
 
-    def _client(self) -> Any:
+    def aiohttp_session(self) -> Any:
+        """The ``aiohttp.ClientSession`` behind this transport (``mcp_direct`` posts on its pool)."""
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
                 limit=self._limit, ssl=self._ssl if self._ssl is not None else True, keepalive_timeout=self._keepalive_s
@@ -122,7 +123,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
         response = None
         try:
-            response = await self._client().request(
+            response = await self.aiohttp_session().request(
                 request.method,
                 str(request.url),
                 headers=headers,
@@ -130,7 +131,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                 timeout=timeout,
                 allow_redirects=False,
                 compress=False,
-                **self._proxy_for(request.url),
+                **self.proxy_for(str(request.url)),
             )
             streaming = response.content_type == "text/event-stream"
             content = None if streaming else await response.read()
@@ -138,7 +139,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             connecting = response is None and isinstance(
                 exc, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
             )
-            mapped = _map_error(exc, connecting=connecting)
+            mapped = map_error(exc, connecting=connecting)
             if mapped is exc:
                 raise
             if self.confine_errors:
@@ -159,21 +160,22 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             extensions=extensions,
         )
 
-    def _proxy_for(self, url: httpx2.URL) -> dict[str, Any]:
+    def proxy_for(self, url: str) -> dict[str, Any]:
         """``HTTP(S)_PROXY`` / ``NO_PROXY`` for this server, as httpx2 would honour them (it stops
         reading them once given a transport). Looked up once per server: reading the
         environment costs ~70 us, a tenth of a request."""
-        key = (url.scheme, url.host, url.port)
-        found = self._proxies.get(key)
+        found = self._proxies.get(url)
         if found is None:
             from aiohttp.helpers import get_env_proxy_for_url
             from yarl import URL
 
             try:
-                found = get_env_proxy_for_url(URL(str(url)))
+                found = get_env_proxy_for_url(URL(url))
             except LookupError:
                 found = (None, None)
-            self._proxies[key] = found
+            if len(self._proxies) > 256:  # keyed by URL: bound it for servers addressed many ways
+                self._proxies.clear()
+            self._proxies[url] = found
         proxy, auth = found
         return {} if proxy is None else {"proxy": proxy, "proxy_auth": auth}
 

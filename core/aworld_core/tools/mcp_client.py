@@ -23,6 +23,7 @@ import logging
 import time
 from typing import Any
 
+from aworld_core.aio import gather_settled
 from aworld_core.errors import MCPConnectionError
 from aworld_core.tools.base import ToolOutcome, ToolSpec
 from aworld_core.tools.mcp_config import MCPServerConfig
@@ -156,6 +157,10 @@ class MCPServerConnection:
                 return _failure(f"MCP server '{self.name}' is unavailable ({lost}; reconnecting failed: {exc.cause})")
             session = self.session
             assert session is not None
+        if self.shared and session.direct is not None:
+            outcome = await self._call_direct(session, tool, arguments, timeout)
+            if outcome is not None:
+                return outcome
         client, task = session.client, session.task
         assert task is not None
         state = RequestState(headers=self.extra_headers)
@@ -192,6 +197,28 @@ class MCPServerConnection:
                 f"{session.dead or 'connection closed'}"
             )
         return _failure(f"tool '{tool}' on MCP server '{self.name}' did not answer within {timeout:g} s")
+
+    async def _call_direct(
+        self, session: MCPSession, tool: str, arguments: dict[str, Any], timeout: float
+    ) -> ToolOutcome | None:
+        """One call through ``mcp_direct`` (a shared stateless session); None: the SDK makes it."""
+        from aworld_core.tools.mcp_direct import HandOff
+
+        state = RequestState(headers=self.extra_headers)
+        started = time.perf_counter()
+        session.inflight += 1
+        try:
+            result = await session.direct.call(tool, arguments, state, timeout)
+        except HandOff:
+            return None
+        except Exception as exc:
+            return await self._call_failed(session, tool, exc, state, time.perf_counter() - started, timeout)
+        finally:
+            session.call_done()
+        outcome = _outcome(result)
+        if outcome.is_error and _names_unknown_tool(None, outcome.error or "", tool):
+            TOOL_LIST_CACHE.invalidate(session.cache_key)
+        return outcome
 
     async def _call_failed(
         self, session: MCPSession, tool: str, exc: Exception, state: RequestState, elapsed: float, timeout: float
@@ -246,9 +273,7 @@ class MCPToolset:
 
     async def open(self) -> list[ToolSpec]:
         """Connect to every server at once; the first failure closes the rest and is raised."""
-        results = await asyncio.gather(
-            *(conn.start() for conn in self.connections.values()), return_exceptions=True
-        )
+        results = await gather_settled([conn.start() for conn in self.connections.values()])
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             await self.aclose()
@@ -284,8 +309,12 @@ class MCPToolset:
 
         return run
 
+    def needs_closing(self) -> bool:
+        """Whether closing has work to do: a session of this episode's own (a shared one stays)."""
+        return any(conn.session is not None and not conn.shared for conn in self.connections.values())
+
     async def aclose(self) -> None:
-        await asyncio.gather(*(conn.aclose() for conn in self.connections.values()), return_exceptions=True)
+        await gather_settled([conn.aclose() for conn in self.connections.values()])
 
 
 
@@ -311,33 +340,47 @@ def _names_unknown_tool(code: int | None, text: str, tool: str) -> bool:
 
 
 def _outcome(result: Any) -> ToolOutcome:
+    """A ``CallToolResult`` (the SDK's model, or its JSON from ``mcp_direct``) as an outcome."""
     text = content_text(result)
-    if getattr(result, "is_error", False):
+    failed = result.get("isError") if isinstance(result, dict) else getattr(result, "is_error", False)
+    if failed:
         return ToolOutcome(f"Error: {text}" if text else "Error: the tool failed", is_error=True, error=text or "tool failed")
     return ToolOutcome(text)
 
 
 def content_text(result: Any) -> str:
-    """An MCP tool result as text: text parts joined; other parts described, never dropped."""
+    """An MCP tool result as text: text parts joined; other parts described, never dropped.
+
+    ``result``: the SDK's ``CallToolResult`` or the same result as JSON (``mcp_direct``)."""
+    get = _json_field if isinstance(result, dict) else _model_field
     parts: list[str] = []
-    for block in getattr(result, "content", None) or []:
-        kind = getattr(block, "type", None)
+    for block in get(result, "content", "content") or []:
+        kind = get(block, "type", "type")
         if kind == "text":
-            parts.append(block.text)
+            parts.append(get(block, "text", "text") or "")
         elif kind in ("image", "audio"):
-            parts.append(f"[{kind} {getattr(block, 'mime_type', '')}, {len(getattr(block, 'data', '') or '')} base64 chars]")
+            data = get(block, "data", "data") or ""
+            parts.append(f"[{kind} {get(block, 'mimeType', 'mime_type') or ''}, {len(data)} base64 chars]")
         elif kind == "resource":
-            resource = block.resource
-            text = getattr(resource, "text", None)
-            parts.append(text if text is not None else f"[resource {resource.uri}]")
+            resource = get(block, "resource", "resource") or {}
+            text = get(resource, "text", "text")
+            parts.append(text if text is not None else f"[resource {get(resource, 'uri', 'uri')}]")
         elif kind == "resource_link":
-            parts.append(f"[resource link {getattr(block, 'uri', '')}]")
+            parts.append(f"[resource link {get(block, 'uri', 'uri') or ''}]")
         else:
-            parts.append(str(block))
-    structured = getattr(result, "structured_content", None)
+            parts.append(json.dumps(block, ensure_ascii=False) if isinstance(block, dict) else str(block))
+    structured = get(result, "structuredContent", "structured_content")
     if not parts and structured is not None:
         return json.dumps(structured, ensure_ascii=False)
     return "\n".join(parts)
+
+
+def _json_field(value: Any, key: str, _attribute: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else getattr(value, _attribute, None)
+
+
+def _model_field(value: Any, _key: str, attribute: str) -> Any:
+    return getattr(value, attribute, None)
 
 
 def _failure(message: str) -> ToolOutcome:

@@ -5,7 +5,7 @@ Form (as AWorld users write it)::
     {"mcpServers": {"aworld-mcp": {"type": "streamable-http", "url": "http://host:8000/mcp",
                                    "headers": {"Authorization": "Bearer T", "MCP_SERVERS": "wiki,arxiv"},
                                    "timeout": 600, "sse_read_timeout": 600,
-                                   "tools_cache_ttl": 300, "session": "auto"}}}
+                                   "tools_cache_ttl": 300, "session": "auto", "direct_calls": true}}}
 
 ``type`` is ``streamable-http``, ``sse`` or ``stdio`` (``command``/``args``/``env``/``cwd``).
 Unknown keys are errors naming the server and the key: a misspelt ``headers`` would otherwise
@@ -15,6 +15,8 @@ silently run episodes unauthenticated.
 reused by later episodes (``mcp_tool_cache.ToolListCache``). ``session`` (``auto``, ``episode``,
 ``shared``; default ``auto``) says whether episodes share one MCP session to this server
 (``mcp_shared``): ``auto`` shares when the server speaks the stateless 2026 protocol.
+``direct_calls`` (default true): on such a shared session a ``tools/call`` is sent as one POST by
+``mcp_direct`` (the SDK's own wire, a third of its CPU); false sends every call through the SDK.
 """
 
 from __future__ import annotations
@@ -64,6 +66,13 @@ class MCPServerConfig(BaseModel):
             "when the server speaks the stateless 2026 protocol (no Mcp-Session-Id), 'episode' opens one "
             "per episode, 'shared' shares whatever the server speaks. Each request carries its episode's "
             "X-Episode-Id / X-Task-Id headers either way."
+        ),
+    )
+    direct_calls: bool = Field(
+        default=True,
+        description=(
+            "On a shared session to a stateless (2026) server, send each tools/call as one HTTP POST "
+            "(mcp_direct: the SDK's request, a third of its CPU); false sends every call through the SDK."
         ),
     )
     command: str | None = None
@@ -138,7 +147,7 @@ def parse_mcp_config(config: dict[str, Any] | MCPConfig) -> MCPConfig:
                 loc[0] = "mcpServers"
             where = "mcp_config." + ".".join(loc)
             expected = "no such key (known: type, url, headers, timeout, sse_read_timeout, " \
-                "client_session_timeout_seconds, tools_cache_ttl, session, command, args, env, cwd, description)" \
+                "client_session_timeout_seconds, tools_cache_ttl, session, direct_calls, command, args, env, cwd, description)" \
                 if err["type"] == "extra_forbidden" else err["msg"]
             problems.append((where, err.get("input"), expected))
             lines.append(f"  {where}: {expected}")

@@ -83,12 +83,14 @@ class MCPSession:
         self.cache_key = tool_list_key(config)
         self._task: asyncio.Task[None] | None = None
         self._closing: asyncio.Event | None = None
-        self._last_status: int | None = None
-        self._last_body = ""
+        self.last_status: int | None = None
+        self.last_body = ""
         self._errlog: Any = None
         self._own_listing = False  # our own tools/list in flight (not the SDK re-listing)
         self._relist: asyncio.Future[list[Any]] | None = None
-        self._http: Any = None  # the AiohttpTransport under a streamable-HTTP session
+        self.http: Any = None  # the AiohttpTransport under a streamable-HTTP session
+        self.client_headers: dict[str, str] = {}  # what its HTTP client sends with every request
+        self.direct: Any = None  # mcp_direct.DirectCaller: tools/call without the SDK (shared, stateless)
         self.inflight = 0  # tool calls running on this session
         self.retired = False  # replaced (shared): close when the calls in flight are done
 
@@ -120,8 +122,8 @@ class MCPSession:
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[list[Any]] = loop.create_future()
         self._closing = asyncio.Event()
-        self._last_status = None
-        self._last_body = ""
+        self.last_status = None
+        self.last_body = ""
         # a clean context: a shared session must not carry the first episode's request state
         self._task = loop.create_task(
             self._serve(ready, self._closing),
@@ -139,9 +141,12 @@ class MCPSession:
             await self.stop()
             raise
         self.dead = None
-        if self._http is not None:
+        if self.http is not None:
             # open: from now on a network error fails its own request, not the session
-            self._http.confine_errors = True
+            self.http.confine_errors = True
+        from aworld_core.tools.mcp_direct import DirectCaller
+
+        self.direct = DirectCaller.of(self)
         return self.tools
 
     async def _serve(self, ready: asyncio.Future[list[Any]], closing: asyncio.Event) -> None:
@@ -276,10 +281,11 @@ class MCPSession:
         # pool costs CPU per pooled connection on every request); no cap on connections, as a
         # shared session carries every episode's calls at once
         https = (cfg.url or "").startswith("https://")
-        transport = self._http = AiohttpTransport(ssl_context=verify if https else None)
+        transport = self.http = AiohttpTransport(ssl_context=verify if https else None)
         http = await stack.enter_async_context(
             httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks, transport=transport)
         )
+        self.client_headers = dict(http.headers)
         return streamable_http_client(cfg.url or "", http_client=http)
 
     async def _stamp_request(self, request: Any) -> None:
@@ -290,7 +296,7 @@ class MCPSession:
     async def _record_response(self, response: Any) -> None:
         if "x-aworld-transport-error" in response.headers:
             return  # no server answered: the network error is the JSON-RPC error's message
-        self._last_status = response.status_code
+        self.last_status = response.status_code
         state = REQUEST_STATE.get()
         if state is not None:
             state.status = response.status_code
@@ -310,19 +316,19 @@ class MCPSession:
                 body = response.text[:_BODY_EXCERPT]
             except Exception:  # the body is only for the error message
                 body = ""
-            self._last_body = body
+            self.last_body = body
             if state is not None:
                 state.body = body
 
     # -- errors ------------------------------------------------------------------------------
 
     def retryable(self) -> bool:
-        return self._last_status is None or self._last_status not in _NO_RETRY_STATUSES
+        return self.last_status is None or self.last_status not in _NO_RETRY_STATUSES
 
     def describe(self, exc: BaseException, state: RequestState | None = None) -> str:
         """What went wrong, for a person: the HTTP status (of this call when ``state`` has one)
         with what to check, else the leaf exceptions, else a stdio server's stderr."""
-        status, body = (state.status, state.body) if state is not None else (self._last_status, self._last_body)
+        status, body = (state.status, state.body) if state is not None else (self.last_status, self.last_body)
         if status is not None and status >= 400:
             text = f"HTTP {status}"
             if status in (401, 403):
