@@ -15,9 +15,9 @@ For each concurrency it first runs ``--level-warmup-rounds`` rounds (new connect
 on one line), then measures: wall time per episode (mean, p50, p95) against the ideal
 (2 x LLM latency + tool latency), framework CPU per episode and per LLM turn, and throughput
 against the ideal (concurrency / ideal episode time). Side by side it prints the HTTP floor: the
-CPU of the episode's 3 requests sent as bare aiohttp POSTs to the stub at the same concurrency
-and latency (what merely sending, waiting for and reading 3 answers costs this process on this
-machine). ``--breakdown`` (on by default) runs the MCP part alone, through aworld-core's toolset
+CPU of the episode's 3 requests sent as bare aiohttp POSTs (LLM stub, MCP ``tools/call``, LLM
+stub) at the same concurrency and latency (what merely sending, waiting for and reading 3
+answers costs this process on this machine). ``--breakdown`` (on by default) runs the MCP part alone, through aworld-core's toolset
 and through the bare SDK (one reused session, and a session per episode), to split the CPU into
 the MCP part and the rest of the framework.
 
@@ -73,7 +73,7 @@ class Level:
     mcp_cpu_s: float | None = None  # the MCP part alone, through aworld-core's toolset, per episode
     sdk_cpu_s: float | None = None  # the same calls through the bare SDK, one reused session
     sdk_episode_cpu_s: float | None = None  # ... and through the bare SDK, a session per episode
-    floor_cpu_s: float | None = None  # 3 bare aiohttp POSTs to the stub, per episode
+    floor_cpu_s: float | None = None  # the episode's 3 requests as bare aiohttp POSTs, per episode
 
     @property
     def throughput(self) -> float:
@@ -179,9 +179,12 @@ async def mcp_only(mcp_url: str, concurrency: int, episodes: int, *, how: str) -
             return (time.process_time() - cpu0) / episodes
 
 
-async def http_floor(llm_url: str, concurrency: int, episodes: int) -> float:
-    """CPU per episode of the episode's 3 requests as bare aiohttp POSTs to the stub LLM (same
-    latency, same concurrency): the cost of sending, waiting for and reading 3 answers."""
+async def http_floor(llm_url: str, mcp_url: str, concurrency: int, episodes: int) -> float:
+    """CPU per episode of the episode's 3 requests as bare aiohttp POSTs, in the episode's order
+    and at its concurrency: the LLM call to the stub, the ``tools/call`` to the MCP server (with
+    the 2026 protocol's headers), the second LLM call. What merely sending, waiting for and
+    reading those 3 answers costs this process on this machine (the MCP server's answer comes
+    in two TCP segments, headers then body: a wake-up of its own)."""
     import aiohttp
 
     body = json.dumps({
@@ -192,19 +195,35 @@ async def http_floor(llm_url: str, concurrency: int, episodes: int) -> float:
                    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}}],
     }).encode()  # fmt: skip
     headers = {"Content-Type": "application/json", "Authorization": "Bearer bench-key"}
+    version = "2026-07-28"
+    tool_body = json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "lookup", "arguments": {"query": "fact 1"},
+                   "_meta": {"io.modelcontextprotocol/protocolVersion": version,
+                             "io.modelcontextprotocol/clientInfo": {"name": "floor", "version": "0"},
+                             "io.modelcontextprotocol/clientCapabilities": {}}},
+    }).encode()  # fmt: skip
+    tool_headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                    "MCP-Protocol-Version": version, "Mcp-Method": "tools/call", "Mcp-Name": "lookup"}  # fmt: skip
     queue = iter(range(episodes))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
-        async def post() -> None:
-            async with session.post(f"{llm_url}/chat/completions", data=body, headers=headers) as response:
-                json.loads(await response.read())
+        async def post(url: str, data: bytes, sent: dict[str, str]) -> None:
+            async with session.post(url, data=data, headers=sent) as response:
+                answer = json.loads(await response.read())
+                if "result" not in answer and "choices" not in answer:
+                    raise RuntimeError(f"floor request to {url} failed: {answer}")
+
+        async def one_episode() -> None:
+            await post(f"{llm_url}/chat/completions", body, headers)
+            await post(mcp_url, tool_body, tool_headers)
+            await post(f"{llm_url}/chat/completions", body, headers)
 
         async def worker() -> None:
             for _ in queue:
-                for _ in range(LLM_TURNS + 1):
-                    await post()
+                await one_episode()
 
-        await asyncio.gather(*(post() for _ in range(min(concurrency, 8))))  # connections
+        await asyncio.gather(*(one_episode() for _ in range(min(concurrency, 8))))  # connections
         gc.collect()
         cpu0 = time.process_time()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -233,7 +252,7 @@ async def run_framework(args: argparse.Namespace, llm: ServerProcess, mcp: Serve
             if server0 is not None and server1 is not None:
                 level.mcp_server_cpu_s = (server1 - server0) / episodes
             n = min(episodes, 256)
-            level.floor_cpu_s = min([await http_floor(llm_url, concurrency, n) for _ in range(2)])
+            level.floor_cpu_s = min([await http_floor(llm_url, mcp_url, concurrency, n) for _ in range(2)])
             if args.breakdown:
                 # alternated and repeated, the minimum of each kept: CPU time on a shared machine
                 # only ever reads high (contention), so the least noisy estimate is the lowest
