@@ -5,7 +5,8 @@
 #   scripts/postgres-for-tests.sh stop     stop it
 #
 # Installs Debian's postgresql package with apt-get when no server binaries are found (needs
-# root). The cluster lives in .stamps/postgres/ (git-ignored), runs as the 'postgres' user
+# root). The cluster lives in .stamps/postgres/ (git-ignored; /var/tmp/aworld-postgres-<checksum
+# of the checkout path> when the 'postgres' user cannot enter the checkout), runs as the 'postgres' user
 # (PostgreSQL refuses to run as root), listens on a free port, trusts local connections (it is
 # a test server on loopback), and has a database 'aworld_test'. Its URL is printed and written
 # to .stamps/postgres.url, where tests/service reads it (AWORLD_TEST_POSTGRES_URL wins when set).
@@ -50,12 +51,25 @@ as_pg() {
     fi
 }
 
+use_base() {
+    BASE="$1"
+    DATA="$BASE/data"
+    SOCK="$BASE/sock"
+    LOG="$BASE/server.log"
+}
+
+# where the cluster goes when the 'postgres' user cannot enter the checkout (a clone under a
+# directory only root may enter, such as one made by mktemp -d, mode 0700)
+OUTSIDE="/var/tmp/aworld-postgres-$(printf %s "$ROOT" | cksum | cut -d' ' -f1)"
+
 BINDIR="$(find_bindir || true)"
 
 if [ "${1:-start}" = stop ]; then
-    if [ -n "$BINDIR" ] && [ -f "$DATA/postmaster.pid" ]; then
-        as_pg "$BINDIR/pg_ctl" -D "$DATA" -m fast -w stop >&2 || true
-    fi
+    for base in "$BASE" "$OUTSIDE"; do
+        if [ -n "$BINDIR" ] && [ -f "$base/data/postmaster.pid" ]; then
+            as_pg "$BINDIR/pg_ctl" -D "$base/data" -m fast -w stop >&2 || true
+        fi
+    done
     rm -f "$URL_FILE"
     exit 0
 fi
@@ -79,6 +93,13 @@ fi
 mkdir -p "$BASE" "$SOCK"
 if [ "$(id -u)" = 0 ]; then
     chown "$PG_USER" "$BASE" "$SOCK"
+    if ! as_pg test -w "$BASE" 2>/dev/null; then
+        say "the '$PG_USER' user cannot enter $BASE (a parent directory is closed to it); the cluster goes in $OUTSIDE"
+        use_base "$OUTSIDE"
+        mkdir -p "$BASE" "$SOCK"
+        chown "$PG_USER" "$BASE" "$SOCK"
+        chmod 700 "$BASE"
+    fi
 fi
 
 if [ ! -f "$DATA/PG_VERSION" ]; then
