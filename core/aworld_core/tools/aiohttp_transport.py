@@ -173,9 +173,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                 found = get_env_proxy_for_url(URL(url))
             except LookupError:
                 found = (None, None)
-            if len(self._proxies) > 256:  # keyed by URL: bound it for servers addressed many ways
-                self._proxies.clear()
-            self._proxies[url] = found
+            self._proxies[url] = found  # a transport serves one server: one URL, in practice
         proxy, auth = found
         return {} if proxy is None else {"proxy": proxy, "proxy_auth": auth}
 
