@@ -166,7 +166,7 @@ class _Run:
             )
 
     async def close_tools(self) -> None:
-        await gather_settled([t.aclose() for t in self.toolsets])  # each toolset reports its own
+        await gather_settled([t.aclose() for t in self.toolsets])  # a close error is not the episode's outcome
 
     def _agent_tool(self, member: Agent, lead: Agent) -> Any:
         async def run(arguments: dict[str, Any]) -> ToolOutcome:
