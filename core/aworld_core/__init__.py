@@ -17,6 +17,7 @@ _EXPORTS: dict[str, str] = {
     "JobConfig": "aworld_core.config",
     "load_job_config": "aworld_core.config",
     "get_plugin_manager": "aworld_core.plugins",
+    "maybe_await": "aworld_core.aio",
     "BackendSpec": "aworld_core.specs",
     "EnvironmentSpec": "aworld_core.specs",
     "RewardSpec": "aworld_core.specs",

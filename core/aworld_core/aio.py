@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Sequence
 from typing import Any
+
+
+async def maybe_await(value: Any) -> Any:
+    """Await ``value`` if it is awaitable (the documented way hooks return async results)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
 
 
 async def gather_settled(awaitables: Sequence[Awaitable[Any]]) -> list[Any]:

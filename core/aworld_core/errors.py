@@ -39,6 +39,11 @@ class PluginLoadError(AworldError):
     """A plugin could not be imported or registered."""
 
 
+class UnknownHookError(PluginLoadError, UsageError):
+    """A plugin implements a hook that ``aworld_core.hookspecs`` does not define (a misspelled
+    ``@hookimpl`` function): the plugin is not registered."""
+
+
 class FrameworkNotInstalledError(UsageError):
     """A backend's RL framework is missing from this environment."""
 

@@ -62,8 +62,9 @@ async def evaluate(
     credit); failed episodes and failed rewards count as wrong. Trajectories are appended to
     ``output`` (JSONL) as episodes finish, so an interrupted run keeps what it did.
     """
+    from aworld_core.aio import maybe_await
     from aworld_core.export import JsonlEpisodeWriter
-    from aworld_core.plugins import get_plugin_manager, maybe_await
+    from aworld_core.plugins import get_plugin_manager
     from aworld_core.rewards.registry import score_episode
 
     manager = get_plugin_manager()

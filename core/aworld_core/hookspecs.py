@@ -18,7 +18,7 @@ Phases, in the order the core calls them:
 
 **Async hooks.** pluggy calls hooks synchronously. A hook that needs to do I/O returns an
 awaitable (e.g. calls an ``async def`` and returns the coroutine); the core awaits any
-awaitable result (``aworld_core.plugins.maybe_await``). For ``firstresult`` hooks a plugin must
+awaitable result (``aworld_core.aio.maybe_await``). For ``firstresult`` hooks a plugin must
 decide *synchronously* whether it answers: return ``None`` to pass, or the awaitable to answer.
 
 **Which plugin answers.** ``firstresult`` hooks take the first non-``None`` answer; pluggy

@@ -78,9 +78,10 @@ def launch_job(backend: str, job: Any, plan: Any) -> Any:
     import contextlib
     from pathlib import Path
 
+    from aworld_core.aio import maybe_await
     from aworld_core.errors import FrameworkNotInstalledError
     from aworld_core.imports import import_ref
-    from aworld_core.plugins import get_plugin_manager, maybe_await
+    from aworld_core.plugins import get_plugin_manager
 
     manager = get_plugin_manager()
     catalog = manager.catalog()

@@ -1,16 +1,18 @@
 """The plugin manager and the catalog of what installed plugins provide.
 
-The core's built-in implementations (``aworld_core.builtin``) are registered as a plugin like
-any other. Entry points of the group ``aworld`` are loaded one by one with pluggy's
-``load_setuptools_entrypoints`` so that a plugin that fails to import is reported (with its
-distribution and the error) while the others keep working. ``AWORLD_DISABLE_PLUGINS`` (comma
-list of entry-point names) blocks named plugins before they are imported.
+The core's built-in implementations are registered by module name (``DEFAULT_PLUGINS``) as
+plugins like any other. Entry points of the group ``aworld`` are loaded one by one with pluggy's
+``load_setuptools_entrypoints`` so that a plugin that fails to import, or that implements a hook
+which does not exist (a misspelled ``@hookimpl``), is reported with its distribution and the
+error, and none of its hooks are used, while the others keep working. ``AWORLD_DISABLE_PLUGINS``
+(comma list of entry-point names) blocks named plugins before they are imported.
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import importlib.metadata as importlib_metadata
-import inspect
 import threading
 import traceback
 from collections.abc import Iterable
@@ -20,18 +22,13 @@ from typing import Any
 import pluggy
 
 from aworld_core import hookspecs
-from aworld_core.errors import PluginConflictError, UnknownBackendError
+from aworld_core.aio import maybe_await as maybe_await  # re-export: plugins import it from here
+from aworld_core.errors import PluginConflictError, UnknownBackendError, UnknownHookError
 from aworld_core.specs import BackendSpec, DatasetSpec, EnvironmentSpec, RewardSpec
 
-BUILTIN_NAME = "aworld_core.builtin"
+# the core's own plugins, registered by module name (imported when a manager is built)
+DEFAULT_PLUGINS: tuple[str, ...] = ("aworld_core.builtin",)
 CORE_DIST = "aworld-core"
-
-
-async def maybe_await(value: Any) -> Any:
-    """Await ``value`` if it is awaitable (the documented way hooks return async results)."""
-    if inspect.isawaitable(value):
-        return await value
-    return value
 
 
 @dataclass(frozen=True)
@@ -110,9 +107,8 @@ class PluginManager:
         self.disabled = {name.strip() for name in disabled if name.strip()}
         self.load_errors: list[PluginInfo] = []
         self._catalog: Catalog | None = None
-        from aworld_core import builtin
-
-        self.pm.register(builtin, name=BUILTIN_NAME)
+        for module_name in DEFAULT_PLUGINS:
+            self.register(importlib.import_module(module_name), name=module_name)
         if load_entry_points:
             self._load_entry_points()
 
@@ -130,23 +126,78 @@ class PluginManager:
             seen.add(ep.name)
             if self.pm.is_blocked(ep.name):
                 continue
+            dist = ep.dist.metadata["Name"] if ep.dist is not None else "unknown distribution"
+            version = ep.dist.version if ep.dist is not None else "?"
             try:
                 self.pm.load_setuptools_entrypoints(hookspecs.ENTRY_POINT_GROUP, name=ep.name)
             except Exception as exc:  # a broken plugin must not take the others down
-                dist = ep.dist.metadata["Name"] if ep.dist is not None else "unknown distribution"
-                version = ep.dist.version if ep.dist is not None else "?"
                 detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
                 self.load_errors.append(
                     PluginInfo(ep.name, dist, version, error=f"failed to load {ep.value}: {detail}")
                 )
+                continue
+            plugin = self.pm.get_plugin(ep.name)
+            unknown = self._unknown_hooks(plugin) if plugin is not None else []
+            if unknown:  # unregister it whole: a plugin with only some hooks working misbehaves quietly
+                self.pm.unregister(name=ep.name)
+                error = self._unknown_hooks_message(unknown)
+                self.load_errors.append(PluginInfo(ep.name, dist, version, error=error))
+        self._check_pending()
+
+    def _check_pending(self) -> None:
+        """pluggy's ``check_pending``, with any plugin it names unregistered and recorded."""
+        while True:
+            try:
+                self.pm.check_pending()
+                return
+            except pluggy.PluginValidationError as exc:
+                name = self.pm.get_name(exc.plugin)
+                if name is None:
+                    raise
+                unknown = self._unknown_hooks(exc.plugin)
+                error = self._unknown_hooks_message(unknown) if unknown else str(exc)
+                dist, version = self._dist_of(name)
+                self.pm.unregister(name=name)
+                self.load_errors.append(PluginInfo(name, dist, version, error=error))
+                self._catalog = None
+
+    def _unknown_hooks(self, plugin: object) -> list[str]:
+        """Names of the hooks ``plugin`` implements that no spec in ``aworld_core.hookspecs`` has
+        (``@hookimpl(optionalhook=True)`` impls are allowed, as in pluggy)."""
+        return sorted(
+            caller.name
+            for caller in self.pm.get_hookcallers(plugin) or []
+            if not caller.has_spec()
+            and any(impl.plugin is plugin and not impl.optionalhook for impl in caller.get_hookimpls())
+        )
+
+    def _unknown_hooks_message(self, unknown: list[str]) -> str:
+        """Say which hooks do not exist, the closest real ones, and how to fix it."""
+        specs = [name for name, caller in vars(self.pm.hook).items() if name[0] != "_" and caller.has_spec()]
+        parts = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, specs, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            parts.append(f"unknown hook '{name}' (no such hook in aworld_core.hookspecs{hint})")
+        return "; ".join(parts) + "; rename the function to a hook aworld_core.hookspecs defines"
 
     def register(self, plugin: object, name: str | None = None) -> None:
-        """Register a plugin object in-process (tests, notebooks); invalidates the catalog."""
-        self.pm.register(plugin, name=name)
+        """Register a plugin object in-process (tests, notebooks); invalidates the catalog.
+
+        Raises :class:`~aworld_core.errors.UnknownHookError` (and registers nothing) when the
+        plugin implements a hook that ``aworld_core.hookspecs`` does not define."""
+        registered = self.pm.register(plugin, name=name)
+        if registered is None:  # blocked name: pluggy registers nothing
+            return
         self._catalog = None
+        unknown = self._unknown_hooks(plugin)
+        if unknown:
+            self.pm.unregister(plugin)
+            label = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+            raise UnknownHookError(f"plugin '{label}' not registered: {self._unknown_hooks_message(unknown)}")
 
     def _dist_of(self, plugin_name: str) -> tuple[str, str]:
-        if plugin_name == BUILTIN_NAME:
+        if plugin_name in DEFAULT_PLUGINS:
             return CORE_DIST, _version(CORE_DIST)
         plugin = self.pm.get_plugin(plugin_name)
         for loaded, dist in self.pm.list_plugin_distinfo():
@@ -159,7 +210,8 @@ class PluginManager:
         hook_errors = {info.name: info for info in self.catalog().errors}
         infos = [
             hook_errors.get(name) or PluginInfo(name, *self._dist_of(name))
-            for name, _ in self.pm.list_name_plugin()
+            for name, plugin in self.pm.list_name_plugin()
+            if plugin is not None  # None: a blocked (disabled) name, listed below
         ]
         infos += self.load_errors
         for ep in importlib_metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):

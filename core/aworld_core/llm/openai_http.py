@@ -170,7 +170,7 @@ class OpenAICompatibleLLM:
                     )
         except _HTTPFailure:
             raise
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise _HTTPFailure(None, f"no response within {self.timeout_s:g} s", True) from None
         except aiohttp.ClientError as exc:
             raise _HTTPFailure(None, f"{type(exc).__name__}: {exc}", True) from None

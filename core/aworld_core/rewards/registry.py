@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from aworld_core.aio import maybe_await
 from aworld_core.errors import UsageError
 from aworld_core.imports import import_ref, is_ref
-from aworld_core.plugins import get_plugin_manager, maybe_await
+from aworld_core.plugins import get_plugin_manager
 from aworld_core.schemas import Episode, EpisodeStatus, Sample
 
 if TYPE_CHECKING:

@@ -27,9 +27,8 @@ from typing import Any
 
 from aworld_core.agents.agent import Agent
 from aworld_core.agents.swarm import Swarm
-from aworld_core.aio import gather_settled
+from aworld_core.aio import gather_settled, maybe_await
 from aworld_core.errors import LLMError, MCPConnectionError, UsageError
-from aworld_core.plugins import maybe_await
 from aworld_core.schemas import (
     ActionResult,
     Episode,

@@ -201,7 +201,7 @@ class AworldTaskClient:
                 if resp.status == 429:
                     reply.retry_after = _retry_after(resp.headers.get("Retry-After"))  # type: ignore[attr-defined]
                 return reply
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise _Unreachable(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from exc
         finally:
             host.inflight -= 1
@@ -629,7 +629,7 @@ class AworldTaskClient:
                     if buffer.strip() and _take(buffer, seen):
                         yield buffer
                 break
-            except (_Unreachable, aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            except (TimeoutError, _Unreachable, aiohttp.ClientError, OSError) as exc:
                 self._mark_down(host, str(exc))
                 causes.append(f"{host.url}: {exc}")
                 await asyncio.sleep(min(self.backoff_s * 2**attempt, self.max_backoff_s))

@@ -162,7 +162,7 @@ class TaskExecutor:
                     continue  # there may be more: claim again at once
             try:
                 await asyncio.wait_for(self._wake.wait(), self.config.poll_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def _store_failed(self, what: str, exc: BaseException) -> None:
@@ -210,7 +210,7 @@ class TaskExecutor:
         while True:
             try:
                 await asyncio.wait_for(self._renew_now.wait(), interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._renew_now.clear()
             leases = {
@@ -330,7 +330,8 @@ class TaskExecutor:
     async def _score(self, episode: Episode, task: AworldTask) -> None:
         """Reward (when one is configured) and the ``on_episode_end`` hooks."""
         reward = task.reward or self.config.reward
-        from aworld_core.plugins import get_plugin_manager, maybe_await
+        from aworld_core.aio import maybe_await
+        from aworld_core.plugins import get_plugin_manager
 
         if reward is None:
             for result in get_plugin_manager().hook.on_episode_end(episode=episode):

@@ -134,7 +134,7 @@ class MCPSession:
             # the SDK's own timeouts cover each request; this covers a server that accepts the
             # connection and then never answers the handshake
             self.tools = await asyncio.wait_for(asyncio.shield(ready), self.connect_timeout_s + 5.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await self.stop()
             raise StartFailure(f"no answer within {self.connect_timeout_s + 5.0:g} s", True) from None
         except BaseException:

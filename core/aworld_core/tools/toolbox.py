@@ -86,7 +86,7 @@ class Toolbox:
             if timeout is None:
                 return await executor(arguments)
             return await asyncio.wait_for(executor(arguments), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return _error(f"tool '{call.name}' did not answer within {timeout:g} s.", f"timed out after {timeout:g} s")
         except (LLMError, UsageError, EndEpisode):
             raise

@@ -268,7 +268,7 @@ class Sandbox:
                 await asyncio.to_thread(_kill_group, process.pid, uid)
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), timeout=10)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 logger.error("sandboxed process %s did not exit after SIGKILL", process.pid)
             await asyncio.wait(readers, timeout=5)
             output_limited = output_limited or over.is_set()

@@ -154,7 +154,7 @@ class Services:
                         )
                     return result
             raise ToolError(f"{service} failed: more than {_MAX_REDIRECTS} redirects from {_safe_url(url)}")
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ToolError(
                 f"{service} failed: {_safe_url(current)} did not answer within {timeout.total:.0f} s"
             ) from None
@@ -203,7 +203,7 @@ class Services:
                         str(response.url), response.status, response.headers.get("Content-Type", ""), b"", False
                     )
             raise ToolError(f"download failed: more than {_MAX_REDIRECTS} redirects from {_safe_url(url)}")
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ToolError(f"download failed: {_safe_url(current)} did not finish within {timeout_s:.0f} s") from None
         except aiohttp.ClientError as exc:
             raise ToolError(f"download failed: {_safe_url(current)}: {type(exc).__name__}: {exc}") from None
