@@ -57,10 +57,22 @@ def launch_trainer(backend: str, job: Any, plan: Any) -> Any:
 
 
 @hookimpl(trylast=True)
-def rollout(agent: Any, sample: Any, llm: Any, context: dict[str, Any]) -> Any:
+def rollout(agent: Any, sample: Any, llm: Any, context: Any) -> Any:
     from aworld_core.runtime.episode import run_episode
+    from aworld_core.schemas import RolloutContext
 
-    return run_episode(agent, sample, llm=llm, **context)
+    ctx = RolloutContext.of(context)
+    return run_episode(
+        agent,
+        sample,
+        llm=llm,
+        episode_id=ctx.episode_id,
+        task_id=ctx.task_id,
+        timeout=ctx.timeout,
+        max_steps=ctx.max_steps,
+        sampling=ctx.sampling,
+        **ctx.episode_metadata(),
+    )
 
 
 @hookimpl(trylast=True)

@@ -42,7 +42,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 if TYPE_CHECKING:
     from aworld_core.config import JobConfig
-    from aworld_core.schemas import Episode, LaunchPlan, Sample, TrainResult
+    from aworld_core.schemas import Episode, LaunchPlan, RolloutContext, Sample, TrainResult
     from aworld_core.settings import AworldSettings
     from aworld_core.specs import BackendSpec, DatasetSpec, EnvironmentSpec, RewardSpec
 
@@ -146,16 +146,23 @@ def launch_trainer(
 
 
 @hookspec(firstresult=True)
-def rollout(agent: Any, sample: Sample, llm: Any, context: dict[str, Any]) -> Awaitable[Episode] | None:
-    """Run one episode of ``agent`` on ``sample``.
+def rollout(agent: Any, sample: Sample, llm: Any, context: RolloutContext) -> Awaitable[Episode] | None:
+    """Run one episode of ``agent`` on ``sample``. Stops at the first non-None result.
 
-    Arguments: the agent or swarm; the dataset row; the LLM client the trained agent must use
-    (token-level for training, or ``None`` to use the agent's own endpoint); a context dict
-    (``episode_id``, ``timeout``, ``max_steps``, backend extras).
-    Returns: an awaitable of the finished :class:`~aworld_core.schemas.Episode` (failed and
-    timed-out episodes are returned with their status, never raised), or ``None`` to pass.
-    The core's built-in answers last with the agent runtime (``Runners.run``).
-    Called: once per episode by every backend's rollout adapter and the task server.
+    :param agent: the ``Agent`` or ``Swarm`` (built once per worker by ``build_agents``).
+    :param sample: the dataset row.
+    :param llm: the LLM client the trained agent(s) must use (a ``TokenLLM`` for training), or
+        ``None`` to run every agent on its own endpoint.
+    :param context: a :class:`~aworld_core.schemas.RolloutContext`: episode id, group id and
+        index, timeout, max steps, sampling overrides, policy version and backend ``extras``.
+    :returns: an awaitable of the finished :class:`~aworld_core.schemas.Episode` (failed and
+        timed-out episodes are returned with their status, never raised), or ``None`` to pass.
+        The core's built-in answers last with the agent runtime (``run_episode``).
+
+    Called once per episode by the worker kit (``aworld_core.worker.EpisodeRunner``), which every
+    backend and the task service use. This hook does **not** score: the kit computes rewards
+    (``compute_reward``), applies the group policy, then calls ``on_episode_end`` once. An
+    exception raised here is recorded by the kit as a failed episode, never trained.
     """
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aworld_core.errors import UsageError
+
 Message = dict[str, Any]
 
 SCHEMA_VERSION = 1
@@ -208,6 +210,61 @@ class Episode(_Model):
 
 
 # ---------------------------------------------------------------------------------------------
+# Running an episode: what a backend tells the ``rollout`` hook
+# ---------------------------------------------------------------------------------------------
+
+
+class RolloutContext(_Model):
+    """What a backend tells the ``rollout`` hook about one episode.
+
+    Unknown keys are an error (a misspelled ``max_step`` must not be silently ignored); a
+    backend's own values (verl's ``uid``, a step number) go in ``extras`` and are recorded in
+    ``episode.metadata`` when they are plain JSON.
+    """
+
+    episode_id: str | None = Field(default=None, description="Default: a new id (ep-...).")
+    task_id: str | None = Field(default=None, description="Default: the sample's id.")
+    group_id: str | None = Field(default=None, description="The GRPO group (prompt) this episode belongs to.")
+    group_index: int | None = Field(default=None, ge=0, description="Its position in the group.")
+    timeout: float | None = Field(default=None, gt=0, description="Seconds for the whole episode.")
+    max_steps: int | None = Field(default=None, ge=1, description="LLM calls per agent; default: the agent's.")
+    sampling: SamplingParams | None = Field(
+        default=None, description="Overrides the trained agents' sampling (e.g. validation settings)."
+    )
+    policy_version: int | None = Field(default=None, description="The policy version sampling starts at.")
+    extras: dict[str, Any] = Field(default_factory=dict, description="Backend-specific values.")
+
+    @classmethod
+    def of(cls, value: RolloutContext | dict[str, Any] | None) -> RolloutContext:
+        """``value`` as a context; a dict with unknown keys raises ``UsageError`` naming them."""
+        if value is None:
+            return cls()
+        if isinstance(value, RolloutContext):
+            return value
+        if not isinstance(value, dict):
+            raise UsageError(f"a rollout context must be a RolloutContext or a dict, got {type(value).__name__}")
+        unknown = sorted(set(value) - set(cls.model_fields))
+        if unknown:
+            raise UsageError(
+                f"unknown rollout context keys {unknown}; the fields are {sorted(cls.model_fields)} "
+                f"(put backend-specific values under 'extras')"
+            )
+        return cls.model_validate(value)
+
+    def episode_metadata(self) -> dict[str, Any]:
+        """What the episode records of this context (group, version and JSON-able extras)."""
+        out: dict[str, Any] = {}
+        if self.group_id is not None:
+            out["group_id"] = self.group_id
+        if self.group_index is not None:
+            out["group_index"] = self.group_index
+        if self.policy_version is not None:
+            out["policy_version"] = self.policy_version
+        out.update(self.extras)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
 # Dataset rows
 # ---------------------------------------------------------------------------------------------
 
@@ -239,17 +296,22 @@ class Sample(_Model):
 class LaunchPlan(_Model):
     """Exactly what a backend would launch. ``--dry-run`` prints it and launches nothing.
 
-    Either ``command`` (run as a subprocess in ``cwd`` with ``env`` added) or ``entrypoint`` (an
-    importable ``module:function`` called in-process with ``entrypoint_kwargs``). ``files`` maps a
-    path relative to the job's output directory to the text written there before launch; they
-    are serialized config (YAML, JSON, parquet paths), never generated source code.
+    Either ``command`` (run as a subprocess with ``env`` added) or ``entrypoint`` (an importable
+    ``module:function`` called in-process with ``entrypoint_kwargs``). ``command`` runs in ``cwd``:
+    default the job's output directory; a relative ``cwd`` is inside the output directory. The
+    output directory ``plan_launch`` receives is absolute, so paths built from it hold wherever
+    the command runs. ``files`` maps a path relative to the output directory to the text written
+    there before launch; they are serialized config (YAML, JSON, parquet paths), never generated
+    source code.
     """
 
     backend: str
     command: list[str] | None = None
     entrypoint: str | None = None
     entrypoint_kwargs: dict[str, Any] = Field(default_factory=dict)
-    cwd: str | None = None
+    cwd: str | None = Field(
+        default=None, description="Working directory of command; default: the output directory."
+    )
     env: dict[str, str] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)

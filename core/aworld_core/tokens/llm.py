@@ -11,6 +11,7 @@ at the end, storing the returned ``TrainingView`` in ``episode.training``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
 import time
@@ -70,6 +71,7 @@ class TokenLLM:
         chat_template_kwargs: dict[str, Any] | None = None,
         parse_reasoning: bool = True,
         require_logprobs: bool = True,
+        abort_retries: int = 20,
     ):
         if not isinstance(engine, TokenEngine):
             raise UsageError(f"engine must implement TokenEngine (async generate(...)), got {type(engine).__name__}")
@@ -89,6 +91,9 @@ class TokenLLM:
         self.default_sampling = default_sampling or SamplingParams()
         self.parse_reasoning = parse_reasoning
         self.require_logprobs = require_logprobs
+        if abort_retries < 0:
+            raise UsageError(f"abort_retries must be >= 0, got {abort_retries}")
+        self.abort_retries = abort_retries
         self._sessions: dict[str, TokenSession] = {}
         self._in_flight: set[str] = set()
         self._dropped: set[str] = set()  # finished while a call was in flight: not stored again
@@ -269,7 +274,7 @@ class TokenLLM:
             stops.append(self.renderer.eot_id)
         return sampling.model_copy(update={"max_tokens": max_tokens, "extra": {**sampling.extra, STOP_TOKEN_IDS: stops}})
 
-    async def _generate(self, prompt_ids: list[int], sampling: SamplingParams, *, request_id: str) -> TokenOutput:
+    async def _generate_once(self, prompt_ids: list[int], sampling: SamplingParams, request_id: str) -> TokenOutput:
         try:
             out = await self.engine.generate(prompt_ids, sampling, request_id=request_id)
         except LLMError:
@@ -282,8 +287,35 @@ class TokenLLM:
             out.check()
         except ValueError as exc:
             raise LLMError(str(exc)) from exc
-        if out.stop_reason == ABORT:
-            raise LLMError(f"the token engine aborted the generation for session {request_id!r}")
+        return out
+
+    async def _generate(self, prompt_ids: list[int], sampling: SamplingParams, *, request_id: str) -> TokenOutput:
+        """One generation; an aborted one (a weight sync paused the engine) is resumed from the
+        tokens it already sampled, as verl's and AReaL's own loops do: the resumed request's prompt
+        is the prompt plus those tokens, and the result keeps each token's logprob and version."""
+        out = await self._generate_once(prompt_ids, sampling, request_id)
+        ids, logprobs, versions = list(out.token_ids), out.logprobs, out.versions()
+        attempt = 0
+        while out.stop_reason == ABORT:
+            attempt += 1
+            left = None if sampling.max_tokens is None else sampling.max_tokens - len(ids)
+            if left is not None and left <= 0:
+                out = TokenOutput([], [], LENGTH, [])
+                break
+            if attempt > self.abort_retries:
+                raise LLMError(
+                    f"the token engine aborted the generation for session {request_id!r} {attempt} times in a "
+                    f"row; raise abort_retries or check the engine (is a weight sync stuck?)"
+                )
+            await asyncio.sleep(min(1.0, 0.05 * attempt))
+            resumed = sampling if left is None else sampling.model_copy(update={"max_tokens": left})
+            out = await self._generate_once([*prompt_ids, *ids], resumed, request_id)
+            ids += out.token_ids
+            versions += out.versions()
+            if logprobs is not None:
+                logprobs = None if out.logprobs is None else [*logprobs, *out.logprobs]
+        if attempt:
+            out = TokenOutput(ids, logprobs, out.stop_reason, versions)
         if out.logprobs is None and self.require_logprobs:
             raise LLMError(
                 "the token engine returned no logprobs; RL needs the sampling logprobs (enable them in "

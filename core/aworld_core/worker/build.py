@@ -1,0 +1,152 @@
+"""Building what a backend worker needs, with one rule each: the job, the agent, the token client.
+
+A backend worker gets the job as serialized config (JSON text, a dict or a file path) and
+re-creates everything from it in its own process. The agent is built once per process and job
+(agents hold no episode state, so one serves every concurrent episode). The token client follows
+one rule for its chat template, tool parser and limits: an explicit argument, else the job's
+``model`` section, else the tokenizer's own template and the ``hermes`` parser.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from aworld_core.config import JobConfig, load_job_config
+from aworld_core.errors import UsageError
+
+_lock = threading.Lock()
+_jobs: dict[tuple[str, float], JobConfig] = {}
+_agents: dict[tuple[int, str], Any] = {}
+
+
+def load_job(job: str | Path | dict[str, Any] | JobConfig) -> JobConfig:
+    """The job a worker was handed: a ``JobConfig``, a dict, JSON text or a config file path.
+
+    A file is read once per process (per modification time); its directory goes on ``sys.path``
+    so ``module:function`` references written beside it import in workers started elsewhere.
+    """
+    if isinstance(job, JobConfig):
+        return job
+    if isinstance(job, dict):
+        return load_job_config(data=job)
+    if isinstance(job, str) and job.strip().startswith("{"):
+        return load_job_config(data=json.loads(job))
+    if not isinstance(job, (str, Path)):
+        raise UsageError(f"job must be a JobConfig, a dict, JSON text or a file path; got {type(job).__name__}")
+    file = Path(job)
+    if not file.is_file():
+        raise UsageError(f"job config file {str(job)!r} does not exist")
+    key = (str(file.resolve()), file.stat().st_mtime)
+    with _lock:
+        cached = _jobs.get(key)
+    if cached is None:
+        cached = load_job_config(file)
+        with _lock:
+            _jobs[key] = cached
+    if cached.base_dir and cached.base_dir not in sys.path:
+        sys.path.append(cached.base_dir)
+    return cached
+
+
+def job_key(job: JobConfig) -> str:
+    """A stable key for ``job`` (its JSON), for per-process caches keyed by the job."""
+    return job.model_dump_json()
+
+
+def build_agent(job: JobConfig, *, settings: Any = None, manager: Any = None, cache: bool = True) -> Any:
+    """The job's ``Agent`` or ``Swarm`` through the ``build_agents`` hook, once per process and job.
+
+    Raises ``UsageError`` when no plugin builds one or the answer is not an Agent/Swarm.
+    """
+    from aworld_core.agents import Agent, Swarm
+    from aworld_core.plugins import get_plugin_manager
+
+    manager = manager or get_plugin_manager()
+    key = (id(manager), job_key(job))
+    if cache:
+        with _lock:
+            agent = _agents.get(key)
+        if agent is not None:
+            return agent
+    if settings is None:
+        from aworld_core.settings import get_settings
+
+        settings = get_settings()
+    agent = manager.hook.build_agents(job=job, settings=settings)
+    if agent is None:
+        raise UsageError(
+            "no plugin built an agent for the job: set 'agent' in the job (its fields, or "
+            "'factory: module:function' returning an Agent or Swarm)"
+        )
+    if not isinstance(agent, (Agent, Swarm)):
+        raise UsageError(
+            f"the build_agents hook returned {type(agent).__name__}; it must return an aworld_core.Agent "
+            f"or aworld_core.Swarm"
+        )
+    if cache:
+        with _lock:
+            agent = _agents.setdefault(key, agent)
+    return agent
+
+
+def chat_template_of(job: JobConfig | None, chat_template: str | None = None) -> str | None:
+    """The chat template a worker uses: ``chat_template`` (text or a file), else the job's
+    ``model.chat_template`` (a file resolved against the config's folder), else ``None`` (the
+    tokenizer's own)."""
+    template = chat_template
+    if template is None and job is not None and job.model is not None:
+        template = job.model.chat_template
+    if template is None:
+        return None
+    if "{{" in template or "{%" in template:
+        return template
+    return job.resolve_path(template) if job is not None else template
+
+
+def tool_parser_of(job: JobConfig | None, tool_parser: Any = None) -> Any:
+    """``tool_parser``, else the job's ``model.tool_parser``, else ``hermes``."""
+    if tool_parser is not None:
+        return tool_parser
+    if job is not None and job.model is not None:
+        return job.model.tool_parser
+    return "hermes"
+
+
+def build_token_llm(
+    engine: Any,
+    tokenizer: Any,
+    job: JobConfig | None = None,
+    *,
+    chat_template: str | None = None,
+    tool_parser: Any = None,
+    max_response_tokens: int | None = None,
+    max_prompt_tokens: int | None = None,
+    **kwargs: Any,
+) -> Any:
+    """The token-level client over ``engine`` with the one rule for template, parser and limits.
+
+    ``kwargs`` go to :class:`~aworld_core.tokens.llm.TokenLLM` (``model_name``,
+    ``chat_template_kwargs``, ``end_of_turn``, ...).
+    """
+    from aworld_core.tokens.llm import TokenLLM
+
+    return TokenLLM(
+        engine,
+        tokenizer,
+        chat_template=chat_template_of(job, chat_template),
+        tool_parser=tool_parser_of(job, tool_parser),
+        max_response_tokens=max_response_tokens,
+        max_prompt_tokens=max_prompt_tokens,
+        **kwargs,
+    )
+
+
+def clear_caches() -> None:
+    """Forget cached jobs and agents (tests; a worker that reloads its job)."""
+    with _lock:
+        _jobs.clear()
+        _agents.clear()

@@ -1,0 +1,149 @@
+"""The failure policy, once for every backend: which episodes train, what a failed member does to
+its group, and when a run that only fails stops.
+
+An episode trains only when it succeeded, sampled at least one token and has a reward
+(:func:`untrainable_reason` says why not otherwise). A failed member never trains a token, and a
+GRPO group is never silently shrunk, because frameworks normalize advantages per group by a fixed
+stride or count (AReaL slices by ``group_size``; verl and TRL by the group's members):
+
+* ``keep_group_neutral`` (default): the group keeps its size; failed members are masked (no
+  token trained) and are *neutral*: their reward is the mean of the members that ran (or NaN /
+  ``None`` where the framework skips missing values, as TRL does), so their advantage is 0 and
+  the group's baseline comes from the members that ran. A group in which every member failed is
+  dropped.
+* ``drop_group``: a group with any failed member is not trained at all (AReaL: rejected whole;
+  TRL / verl: every member masked).
+
+``max_failed_steps``: after that many consecutive training steps in which no episode was
+trainable, the run stops with the first error (:class:`FailedSteps`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from aworld_core.errors import AworldError
+from aworld_core.schemas import Episode, EpisodeStatus
+
+FailedEpisodes = Literal["drop_group", "keep_group_neutral"]
+
+# why an episode does not train (metrics and logs count these names)
+FAILED = "failed"  # FAILED / TIMEOUT / CANCELLED: the status value is used
+NO_TOKENS = "no_sampled_tokens"
+REWARD_FAILED = "reward_failed"
+NO_REWARD = "no_reward"
+GROUP_DROPPED = "group_dropped"
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    """What failed episodes do to their group, and how many all-failed steps a run survives."""
+
+    failed_episodes: FailedEpisodes = "keep_group_neutral"
+    max_failed_steps: int = 3
+
+    def __post_init__(self) -> None:
+        if self.failed_episodes not in ("drop_group", "keep_group_neutral"):
+            raise AworldError(
+                f"failed_episodes must be 'drop_group' or 'keep_group_neutral', got {self.failed_episodes!r}"
+            )
+        if self.max_failed_steps < 1:
+            raise AworldError(f"max_failed_steps must be >= 1, got {self.max_failed_steps}")
+
+    @classmethod
+    def from_job(cls, job: Any) -> GroupPolicy:
+        """The policy a job's ``rollout`` section sets."""
+        rollout = job.rollout
+        return cls(failed_episodes=rollout.failed_episodes, max_failed_steps=rollout.max_failed_steps)
+
+
+def untrainable_reason(episode: Episode, *, needs_reward: bool = True) -> str | None:
+    """Why ``episode`` must not train (a status value, ``no_sampled_tokens``, ``reward_failed``,
+    ``no_reward``, ``group_dropped``), or ``None`` when it trains."""
+    if episode.status is not EpisodeStatus.SUCCESS:
+        return episode.status.value
+    view = episode.training
+    if view is None or not view.response_ids or not any(view.response_mask):
+        return NO_TOKENS
+    if episode.reward_errors:
+        return REWARD_FAILED
+    if needs_reward and episode.reward is None:
+        return NO_REWARD
+    if episode.metadata.get(GROUP_DROPPED):
+        return GROUP_DROPPED
+    return None
+
+
+def is_trainable(episode: Episode, *, needs_reward: bool = True) -> bool:
+    return untrainable_reason(episode, needs_reward=needs_reward) is None
+
+
+def first_error(episodes: Sequence[Episode]) -> str:
+    """The first recorded cause among ``episodes`` (an error, a reward error, or a reason)."""
+    for episode in episodes:
+        if episode.error:
+            return f"episode {episode.id}: {episode.error}"
+        if episode.reward_errors:
+            return f"episode {episode.id}: " + "; ".join(f"reward {k}: {v}" for k, v in episode.reward_errors.items())
+    for episode in episodes:
+        reason = untrainable_reason(episode)
+        if reason is not None:
+            return f"episode {episode.id}: {reason}"
+    return "no episode produced trainable tokens"
+
+
+class FailedSteps:
+    """Counts consecutive steps with no trainable episode; raises after ``limit`` of them.
+
+    ``setting`` names the knob in the error message (e.g. ``rollout.max_failed_steps``).
+    """
+
+    def __init__(self, limit: int, setting: str = "rollout.max_failed_steps"):
+        if limit < 1:
+            raise AworldError(f"max_failed_steps must be >= 1, got {limit}")
+        self.limit = limit
+        self.setting = setting
+        self.consecutive = 0
+
+    def step(self, episodes: Sequence[Episode], *, needs_reward: bool = True) -> None:
+        if any(is_trainable(e, needs_reward=needs_reward) for e in episodes):
+            self.consecutive = 0
+            return
+        self.consecutive += 1
+        if self.consecutive >= self.limit:
+            raise AworldError(
+                f"every episode failed in {self.consecutive} consecutive training steps, so nothing can be "
+                f"learned; first error: {first_error(episodes)}. Fix the cause (is the tool environment "
+                f"running?), or raise {self.setting}"
+            )
+
+
+def step_metrics(episodes: Sequence[Episode], prefix: str = "aworld/") -> dict[str, float]:
+    """Per-step episode counts and rates every backend logs (failures by reason included)."""
+    n = len(episodes) or 1
+    reasons: dict[str, int] = {}
+    for episode in episodes:
+        reason = untrainable_reason(episode)
+        if reason is not None:
+            reasons[reason] = reasons.get(reason, 0) + 1
+    failed = sum(1 for e in episodes if e.status is not EpisodeStatus.SUCCESS)
+    reward_failed = sum(1 for e in episodes if e.status is EpisodeStatus.SUCCESS and e.reward_errors)
+    with_calls = sum(1 for e in episodes if any(s.exp_data.actions for s in e.steps))
+    results = [r for e in episodes for s in e.steps for r in s.exp_data.state.action_result]
+    trained = [e for e in episodes if is_trainable(e)]
+    sampled = [sum(e.training.response_mask) for e in trained if e.training is not None]
+    out = {
+        f"{prefix}episodes": float(len(episodes)),
+        f"{prefix}trained_rate": len(trained) / n,
+        f"{prefix}failed_rate": failed / n,
+        f"{prefix}reward_failed_rate": reward_failed / n,
+        f"{prefix}tool_call_rate": with_calls / n,
+        f"{prefix}tool_error_rate": (sum(1 for r in results if r.is_error) / len(results)) if results else 0.0,
+        f"{prefix}turns": sum(len(e.steps) for e in episodes) / n,
+        f"{prefix}sampled_tokens": (sum(sampled) / len(sampled)) if sampled else 0.0,
+    }
+    for reason, count in reasons.items():
+        out[f"{prefix}untrained/{reason}"] = float(count)
+    return out
