@@ -62,28 +62,22 @@ async def evaluate(
     credit); failed episodes and failed rewards count as wrong. Trajectories are appended to
     ``output`` (JSONL) as episodes finish, so an interrupted run keeps what it did.
     """
-    from aworld_core.aio import maybe_await
     from aworld_core.export import JsonlEpisodeWriter
-    from aworld_core.plugins import get_plugin_manager
-    from aworld_core.rewards.registry import score_episode
+    from aworld_core.worker.episodes import EpisodeRunner
 
-    manager = get_plugin_manager()
-    semaphore = asyncio.Semaphore(max(1, concurrency))
+    runner = EpisodeRunner(agent, llm, reward=reward, base_dir=base_dir, timeout=timeout, max_steps=max_steps,
+                           concurrency=max(1, concurrency))
     writer = JsonlEpisodeWriter(output, append=False) if output else None
     bar = _progress_bar(len(samples), progress)
     started = time.perf_counter()
 
     async def one(sample: Sample) -> Episode:
-        async with semaphore:
-            context = {"task_id": sample.id, "timeout": timeout, "max_steps": max_steps}
-            episode = await maybe_await(manager.hook.rollout(agent=agent, sample=sample, llm=llm, context=context))
-            if reward is not None:
-                await score_episode(episode, sample, reward, base_dir=base_dir)
-            if writer is not None:
-                writer.write(episode)
-            if bar is not None:
-                bar.update(1)
-            return episode
+        episode = await runner.run(sample)
+        if writer is not None:
+            writer.write(episode)
+        if bar is not None:
+            bar.update(1)
+        return episode
 
     try:
         episodes = list(await asyncio.gather(*(one(sample) for sample in samples)))

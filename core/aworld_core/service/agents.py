@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aworld_core.aio import maybe_await
 from aworld_core.errors import UsageError
 from aworld_core.imports import import_ref
 from aworld_core.schemas import AworldTask, Episode, EpisodeStatus, Sample
@@ -188,7 +189,7 @@ async def run_agent_task(entry: AgentEntry, task: AworldTask, *, episode_id: str
         return episode_from_value(await entry.target(task), task, episode_id, started_at=started)
     owned = None
     if entry.kind == "task_factory":
-        agent = owned = await _maybe_await(entry.target(task=task))
+        agent = owned = await maybe_await(entry.target(task=task))
         _check_agent(entry.name, entry.ref, agent)
     elif has_overrides(task):
         agent = owned = agent_for_task(entry.agent, task)
@@ -203,24 +204,14 @@ async def run_agent_task(entry: AgentEntry, task: AworldTask, *, episode_id: str
 
 
 async def _rollout(agent: Any, task: AworldTask, episode_id: str) -> Episode:
-    from aworld_core.plugins import get_plugin_manager
+    """The task's episode through the worker kit (failures recorded on it; scored and observed
+    later by the executor, which also owns the task's timeout and cancellation)."""
+    from aworld_core.schemas import RolloutContext
+    from aworld_core.worker.episodes import EpisodeRunner
 
-    context: dict[str, Any] = {"episode_id": episode_id}  # the sample's id is the task id
-    if task.timeout is not None:
-        context["timeout"] = task.timeout
-    if task.max_steps is not None:
-        context["max_steps"] = task.max_steps
-    result = get_plugin_manager().hook.rollout(agent=agent, sample=task_sample(task), llm=None, context=context)
-    if result is None:
-        raise UsageError("no plugin answered the rollout hook (is aworld_core's built-in plugin disabled?)")
-    episode = await _maybe_await(result)
-    if not isinstance(episode, Episode):
-        raise UsageError(f"the rollout hook returned {type(episode).__name__}, not an Episode")
-    return episode
-
-
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
+    context = RolloutContext(episode_id=episode_id, task_id=task.task_id, timeout=task.timeout,
+                             max_steps=task.max_steps)
+    return await EpisodeRunner(agent).run(task_sample(task), context, notify=False)
 
 
 def episode_from_value(value: Any, task: AworldTask, episode_id: str, *, started_at: float | None = None) -> Episode:

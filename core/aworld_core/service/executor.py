@@ -280,11 +280,10 @@ class TaskExecutor:
             run.writing = True
             if run.deadline is not None:
                 run.deadline.cancel()
-            hook_error = None
             try:
-                await self._score(episode, task)
-            except Exception as exc:  # a plugin's on_episode_end (or a reward) broke: record it
-                log.exception("task %s: scoring or on_episode_end failed", task.task_id)
+                hook_error = await self._score(episode, task)
+            except Exception as exc:  # scoring itself broke: record it
+                log.exception("task %s: scoring failed", task.task_id)
                 hook_error = f"after the episode: {type(exc).__name__}: {exc}"
             await self._write(run, episode, hook_error)
         except Exception:  # a bug here must not kill the server; the lease expires and it reruns
@@ -327,22 +326,21 @@ class TaskExecutor:
             episode.finish(EpisodeStatus.FAILED, "the agent runtime returned an unfinished episode")
         return episode
 
-    async def _score(self, episode: Episode, task: AworldTask) -> None:
-        """Reward (when one is configured) and the ``on_episode_end`` hooks."""
+    async def _score(self, episode: Episode, task: AworldTask) -> str | None:
+        """Reward (when one is configured), then the ``on_episode_end`` hooks once (the worker kit's);
+        returns what the observers raised, for the task's error."""
+        from aworld_core.worker.episodes import notify_episode_end
+
         reward = task.reward or self.config.reward
-        from aworld_core.aio import maybe_await
-        from aworld_core.plugins import get_plugin_manager
+        if reward is not None:
+            from aworld_core.rewards.registry import score_episode
 
-        if reward is None:
-            for result in get_plugin_manager().hook.on_episode_end(episode=episode):
-                await maybe_await(result)
-            return
-        from aworld_core.rewards.registry import score_episode
-
-        try:
-            await score_episode(episode, task_sample(task), reward)
-        except UsageError as exc:  # misconfigured reward: the task cannot be scored at all
-            episode.finish(EpisodeStatus.FAILED, f"reward '{reward}' cannot be computed: {exc}")
+            try:
+                await score_episode(episode, task_sample(task), reward, notify=False)
+            except UsageError as exc:  # misconfigured reward: the task cannot be scored at all
+                episode.finish(EpisodeStatus.FAILED, f"reward '{reward}' cannot be computed: {exc}")
+        errors = await notify_episode_end(episode)
+        return f"after the episode: {'; '.join(errors)}" if errors else None
 
     async def _write(self, run: _Run, episode: Episode, extra_error: str | None = None) -> None:
         task, claim = run.task, run.claim

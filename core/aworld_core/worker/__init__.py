@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     "EpisodeRunner": "aworld_core.worker.episodes",
     "EpisodeGroup": "aworld_core.worker.episodes",
     "apply_group_policy": "aworld_core.worker.episodes",
+    "notify_episode_end": "aworld_core.worker.episodes",
     "GroupPolicy": "aworld_core.worker.policy",
     "FailedSteps": "aworld_core.worker.policy",
     "untrainable_reason": "aworld_core.worker.policy",

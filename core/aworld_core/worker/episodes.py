@@ -81,6 +81,32 @@ class EpisodeGroup:
         return [float(e.reward) if t and e.reward is not None else fill for e, t in zip(self.episodes, trained, strict=True)]
 
 
+async def notify_episode_end(episode: Episode, manager: Any = None) -> list[str]:
+    """Call ``on_episode_end`` of every plugin once. An observer that fails is logged and recorded
+    on the episode (``metadata["on_episode_end_errors"]``) and returned; it does not stop training
+    or the other observers."""
+    if manager is None:
+        from aworld_core.plugins import get_plugin_manager
+
+        manager = get_plugin_manager()
+    errors: list[str] = []
+    try:
+        results = manager.hook.on_episode_end(episode=episode)
+    except Exception as exc:  # pluggy stops at the first synchronous raise
+        results = []
+        errors.append(f"{type(exc).__name__}: {exc}")
+    for result in results:
+        try:
+            await maybe_await(result)
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+    for error in errors:
+        logger.error("on_episode_end failed for episode %s: %s", episode.id, error)
+    if errors:
+        episode.metadata.setdefault("on_episode_end_errors", []).extend(errors)
+    return errors
+
+
 def apply_group_policy(group_id: str, sample: Sample, episodes: list[Episode], policy: GroupPolicy) -> EpisodeGroup:
     """Decide what the group trains under ``policy``; records ``group_id`` / ``group_dropped`` on
     each member's metadata."""
@@ -280,15 +306,9 @@ class EpisodeRunner:
                             plugin_manager=self.manager, notify=False)
         return episode
 
-    async def notify(self, episode: Episode) -> None:
-        """``on_episode_end`` for every plugin; an observer that fails is logged and recorded on
-        the episode (``metadata["on_episode_end_errors"]``), not allowed to stop training."""
-        for result in self.manager.hook.on_episode_end(episode=episode):
-            try:
-                await maybe_await(result)
-            except Exception as exc:
-                logger.error("on_episode_end failed for episode %s: %s: %s", episode.id, type(exc).__name__, exc)
-                episode.metadata.setdefault("on_episode_end_errors", []).append(f"{type(exc).__name__}: {exc}")
+    async def notify(self, episode: Episode) -> list[str]:
+        """``on_episode_end`` for every plugin (see :func:`notify_episode_end`)."""
+        return await notify_episode_end(episode, self.manager)
 
     # -- groups and batches ---------------------------------------------------------------------
 
