@@ -13,7 +13,7 @@ Phases, in the order the core calls them:
    other processes to get the agent (or swarm) a job trains.
 3. **Launch**: ``plan_launch`` then ``launch_trainer``. Called once per ``aworld_core.run``.
 4. **Rollout**: ``rollout`` per episode, then ``compute_reward`` per reward and episode, then
-   ``on_episode_end``. Called in whatever process runs episodes (a TRL trainer, a verl agent
+   ``on_episode_end`` once, all driven by the worker kit (``aworld_core.worker``). Called in whatever process runs episodes (a TRL trainer, a verl agent
    loop worker, an AReaL rollout worker, the task server).
 
 **Async hooks.** pluggy calls hooks synchronously. A hook that needs to do I/O returns an
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 def register_backends() -> list[BackendSpec]:
     """Declare the training backends this plugin provides.
 
-    Returns: a list of :class:`~aworld_core.specs.BackendSpec`. Two distributions declaring the
+    :returns: a list of :class:`~aworld_core.specs.BackendSpec`. Two distributions declaring the
     same backend name is an error that names both (selecting that backend fails; ``--list``
     still works and shows the conflict).
     Called: once per process, when the catalog is first built.
@@ -67,7 +67,7 @@ def register_backends() -> list[BackendSpec]:
 def register_environments() -> list[EnvironmentSpec]:
     """Declare the tool environments (MCP servers) this plugin provides.
 
-    Returns: a list of :class:`~aworld_core.specs.EnvironmentSpec`.
+    :returns: a list of :class:`~aworld_core.specs.EnvironmentSpec`.
     Called: once per process, when the catalog is first built.
     """
 
@@ -76,7 +76,7 @@ def register_environments() -> list[EnvironmentSpec]:
 def register_rewards() -> list[RewardSpec]:
     """Declare named reward functions.
 
-    Returns: a list of :class:`~aworld_core.specs.RewardSpec`. A job selects one by name
+    :returns: a list of :class:`~aworld_core.specs.RewardSpec`. A job selects one by name
     (``reward: {name: gsm8k}``); the core computes it through ``compute_reward``.
     Called: once per process, when the catalog is first built.
     """
@@ -86,7 +86,7 @@ def register_rewards() -> list[RewardSpec]:
 def register_datasets() -> list[DatasetSpec]:
     """Declare named dataset loaders (``train_dataset: {name: gaia, ...}``).
 
-    Returns: a list of :class:`~aworld_core.specs.DatasetSpec`.
+    :returns: a list of :class:`~aworld_core.specs.DatasetSpec`.
     Called: once per process, when the catalog is first built.
     """
 
@@ -98,11 +98,12 @@ def register_datasets() -> list[DatasetSpec]:
 
 @hookspec(firstresult=True)
 def build_agents(job: JobConfig, settings: AworldSettings) -> Any:
-    """Build the agent or swarm for ``job``.
+    """Build the agent or swarm for ``job``. Stops at the first non-None result.
 
-    Arguments: the validated job config and the process settings.
-    Returns: an ``aworld_core.Agent`` or ``aworld_core.Swarm``, or ``None`` to let another
-    plugin answer. The core's built-in answers last: it calls ``job.agent.factory``
+    :param job: the validated job config.
+    :param settings: the process settings (``LLM_*`` / ``MCP_*`` fallbacks).
+    :returns: an ``aworld_core.Agent`` or ``aworld_core.Swarm``, or ``None`` to let another
+        plugin answer. The core's built-in answers last: it calls ``job.agent.factory``
     (``module:function``) when set, else builds an ``Agent`` from ``job.agent``'s fields.
     Called: in every process that runs episodes (backend workers re-create the agent from the
     serialized job config; agent objects never travel between processes).
@@ -117,10 +118,13 @@ def build_agents(job: JobConfig, settings: AworldSettings) -> Any:
 @hookspec(firstresult=True)
 def plan_launch(backend: str, job: JobConfig, output_dir: Path) -> LaunchPlan | None:
     """Say exactly what running ``job`` on ``backend`` would launch, without launching.
+    Stops at the first non-None result.
 
-    Arguments: the selected backend's name, the validated job, the job's output directory.
-    Returns: a :class:`~aworld_core.schemas.LaunchPlan` if this plugin owns ``backend``, else
-    ``None``. ``--dry-run`` prints the plan; nothing is written or started.
+    :param backend: the selected backend's name.
+    :param job: the validated job (its local paths absolute).
+    :param output_dir: the job's output directory (absolute).
+    :returns: a :class:`~aworld_core.schemas.LaunchPlan` if this plugin owns ``backend``, else
+        ``None``. ``--dry-run`` prints the plan; nothing is written or started.
     Called: once per launch (and once per ``--dry-run``), before ``launch_trainer``.
     """
 
@@ -129,11 +133,13 @@ def plan_launch(backend: str, job: JobConfig, output_dir: Path) -> LaunchPlan | 
 def launch_trainer(
     backend: str, job: JobConfig, plan: LaunchPlan
 ) -> TrainResult | Awaitable[TrainResult] | None:
-    """Run the training job that ``plan`` describes.
+    """Run the training job that ``plan`` describes. Stops at the first non-None result.
 
-    Arguments: the backend name, the job, and the plan from ``plan_launch``.
-    Returns: a :class:`~aworld_core.schemas.TrainResult` (or an awaitable of one), or ``None``
-    to let the next plugin answer. The core's built-in answers last: it writes ``plan.files``
+    :param backend: the backend's name.
+    :param job: the validated job.
+    :param plan: the plan ``plan_launch`` returned.
+    :returns: a :class:`~aworld_core.schemas.TrainResult` (or an awaitable of one), or ``None``
+        to let the next plugin answer. The core's built-in answers last: it writes ``plan.files``
     into the output directory, then calls ``plan.entrypoint`` in-process or runs
     ``plan.command`` as a subprocess. A backend overrides it only to launch differently.
     Called: once per ``python -m aworld_core.run`` / ``AgentTrainer.train()``.
@@ -168,11 +174,13 @@ def rollout(agent: Any, sample: Sample, llm: Any, context: RolloutContext) -> Aw
 
 @hookspec(firstresult=True)
 def compute_reward(name: str, episode: Episode, sample: Sample) -> float | Awaitable[float] | None:
-    """Compute the reward named ``name`` for a finished episode.
+    """Compute the reward named ``name`` for a finished episode. Stops at the first non-None result.
 
-    Arguments: the reward name (as registered, or an import reference such as
-    ``my_rewards.py:score``), the episode and its dataset row.
-    Returns: a number (or an awaitable of one) if this plugin owns ``name``, else ``None``.
+    :param name: the reward name (as registered, or an import reference such as
+        ``my_rewards.py:score``).
+    :param episode: the finished, successful episode.
+    :param sample: its dataset row.
+    :returns: a number (or an awaitable of one) if this plugin owns ``name``, else ``None``.
     A reward that raises or returns a non-number is recorded on the episode as a failed reward
     (``episode.reward_errors``), never silently turned into 0.
     Called: once per reward per finished episode.
@@ -183,6 +191,9 @@ def compute_reward(name: str, episode: Episode, sample: Sample) -> float | Await
 def on_episode_end(episode: Episode) -> None:
     """Observe a finished episode (metrics, logging, export). Every plugin is called.
 
-    Arguments: the episode, with status and rewards filled in. Return value is ignored.
-    Called: after rewards are computed, in the process that ran the episode.
+    :param episode: the episode, with status, rewards and group decision filled in.
+    :returns: ignored (an awaitable is awaited). An observer that raises is logged and recorded
+        in ``episode.metadata["on_episode_end_errors"]``; it does not stop training.
+    Called: exactly once per episode, by the worker kit after scoring and the group policy, in
+    the process that ran the episode.
     """
