@@ -240,6 +240,18 @@ async def test_run_batch_groups_consecutive_rows(tok, observed) -> None:
     assert metrics["aworld/failed_rate"] == 0.25 and metrics["aworld/untrained/failed"] == 1.0
 
 
+def test_from_job_caps_steps_only_when_the_job_sets_max_turns() -> None:
+    from aworld_core.config import load_job_config
+
+    pm = PluginManager(load_entry_points=False)
+    job = load_job_config(data={"name": "t", "agent": {"max_steps": 3}, "rollout": {"failed_episodes": "drop_group"}})
+    runner = EpisodeRunner.from_job(job, agent=agent(), manager=pm)
+    assert runner.max_steps is None  # rollout.max_turns' default must not override agent.max_steps
+    assert runner.policy.failed_episodes == "drop_group"
+    capped = load_job_config(data={"name": "t", "rollout": {"max_turns": 2}})
+    assert EpisodeRunner.from_job(capped, agent=agent(), manager=pm).max_steps == 2
+
+
 def test_failed_steps_stop_with_the_first_error() -> None:
     failed = Episode(id="e", task_id="t", agent_id="a")
     failed.finish(EpisodeStatus.FAILED, "MCPConnectionError: refused")

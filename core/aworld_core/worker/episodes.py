@@ -169,15 +169,20 @@ class EpisodeRunner:
 
     @classmethod
     def from_job(cls, job: Any, llm: Any = None, *, agent: Any = None, **kwargs: Any) -> EpisodeRunner:
-        """A runner with the job's agent, reward, limits and group policy (``kwargs`` override)."""
+        """A runner with the job's agent, reward, limits and group policy (``kwargs`` override).
+
+        ``rollout.max_turns`` caps the agents' steps only when the job sets it; otherwise each
+        agent keeps its own ``max_steps`` (its default must not override ``agent.max_steps``).
+        """
         from aworld_core.worker.build import build_agent
 
+        rollout = job.rollout
         options: dict[str, Any] = {
             "reward": job.reward,
             "base_dir": job.base_dir,
             "policy": GroupPolicy.from_job(job),
-            "timeout": job.rollout.episode_timeout_s,
-            "max_steps": job.rollout.max_turns,
+            "timeout": rollout.episode_timeout_s,
+            "max_steps": rollout.max_turns if "max_turns" in rollout.model_fields_set else None,
             "concurrency": job.rollout.concurrency,
         }
         options.update(kwargs)
