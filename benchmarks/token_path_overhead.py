@@ -3,7 +3,7 @@ overhead of the OpenAI-compatible gateway, and what HFTokenEngine's batching buy
 
     .venv/bin/python benchmarks/token_path_overhead.py [--episodes 32] [--turns 20]
 
-Uses the tiny test model and tokenizer built on the spot (tests/support/tiny_model.py) and a
+Uses the tiny test model and tokenizer built on the spot (``aworld_core.testing``) and a
 scripted engine, so the figures are the path's own cost, not a model's. Figures only; nothing
 here is asserted (benchmarks are not tests).
 """
@@ -13,22 +13,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from aworld_core.gateway import Gateway, GatewayServer
 from aworld_core.schemas import SamplingParams
-from aworld_core.tokens import HFTokenEngine, ScriptedTokenEngine, TokenLLM
-from support.tiny_model import (
+from aworld_core.testing import (
     assistant_turn_text,
     get_tiny_model_dir,
     load_template,
     load_tiny_model,
     load_tiny_tokenizer,
 )
+from aworld_core.tokens import HFTokenEngine, ScriptedTokenEngine, TokenLLM
 
 TOOLS = [
     {

@@ -1,6 +1,6 @@
 """A tiny model taught one tool-using conversation, so a real model makes a real MCP tool call.
 
-The random tiny model (``support.tiny_model``) never writes a parseable tool call. Here it is
+The random tiny model (``aworld_core.testing.tiny_model``) never writes a parseable tool call. Here it is
 fitted for a few seconds on one conversation with the ``add`` tool of a real MCP server:
 the conversation is recorded by running the agent once with a scripted client (which also
 captures the exact tool schemas the runtime offers), rendered with the chat template the

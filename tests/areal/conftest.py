@@ -18,8 +18,7 @@ try:  # not just ``import areal``: with tests/ on sys.path, this folder is a nam
 except ImportError:  # the suite runs in .venvs/areal (plugins/aworld-areal/test-env.txt)
     collect_ignore_glob = ["test_*.py"]
 
-from support.mcp_servers import McpHttpServer
-from support.tiny_model import get_tiny_model_dir
+from aworld_core.testing import McpHttpServer, get_tiny_model_dir
 
 # this folder's helpers (areal_*.py) import by name; no __init__.py here, so that ``areal``
 # stays AReaL's package even with tests/ on sys.path

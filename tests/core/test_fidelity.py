@@ -30,10 +30,10 @@ import pytest
 
 from aworld_core.gateway import Gateway, GatewayServer
 from aworld_core.schemas import SamplingParams, TrainingView
+from aworld_core.testing import assistant_turn_text, load_template
 from aworld_core.tokens import LENGTH, STOP, HFTokenEngine, ScriptedTokenEngine, TokenLLM, TokenOutput
-from support.tiny_model import assistant_turn_text, load_template
 
-pytest_plugins = ["support.tiny_model_fixtures"]  # the tiny model fixtures
+pytest_plugins = ["aworld_core.testing.fixtures"]  # the tiny model fixtures
 
 FAMILIES = {"qwen2_5": "hermes", "qwen3": "hermes", "llama3": "llama3_json"}
 WORDS = "the weather in paris is mild today and tokyo looks rainy while the sum is seven or eight".split()

@@ -15,10 +15,10 @@ from aworld_core.gateway import (
     get_llm_server_model_name,
     serve_gateway,
 )
+from aworld_core.testing import assistant_turn_text, load_template
 from aworld_core.tokens import HFTokenEngine, ScriptedTokenEngine, TokenLLM
-from support.tiny_model import assistant_turn_text, load_template
 
-pytest_plugins = ["support.tiny_model_fixtures"]  # the tiny model fixtures
+pytest_plugins = ["aworld_core.testing.fixtures"]  # the tiny model fixtures
 
 TOOLS = [
     {

@@ -8,10 +8,10 @@ import pytest
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import SamplingParams
+from aworld_core.testing import load_template
 from aworld_core.tokens import LENGTH, STOP, HFTokenEngine, TokenEngine
-from support.tiny_model import load_template
 
-pytest_plugins = ["support.tiny_model_fixtures"]  # the tiny model fixtures
+pytest_plugins = ["aworld_core.testing.fixtures"]  # the tiny model fixtures
 
 
 @pytest.fixture

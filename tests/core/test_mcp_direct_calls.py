@@ -12,11 +12,11 @@ import json
 
 import pytest
 
+from aworld_core.testing import McpHttpServer
 from aworld_core.tools import mcp_direct
 from aworld_core.tools.mcp_client import TOOL_LIST_CACHE, MCPToolset, close_shared_sessions
 from aworld_core.tools.mcp_config import MCPServerConfig
 from aworld_core.tools.mcp_shared import SHARED_SESSIONS
-from support.mcp_servers import McpHttpServer
 
 TOKEN = "direct-token"
 HEADERS = {"X-Episode-Id": "ep-7", "X-Task-Id": "task-7"}

@@ -13,10 +13,10 @@ import ssl
 import pytest
 
 from aworld_core.errors import MCPConnectionError
+from aworld_core.testing import McpHttpServer
 from aworld_core.tools import mcp_session
 from aworld_core.tools.mcp_client import MCPToolset, close_shared_sessions
 from aworld_core.tools.mcp_config import MCPServerConfig
-from support.mcp_servers import McpHttpServer
 
 
 def _self_signed(tmp_path):

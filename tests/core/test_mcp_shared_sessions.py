@@ -14,12 +14,12 @@ import threading
 import pytest
 
 from aworld_core.errors import MCPConnectionError
+from aworld_core.testing import McpHttpServer
 from aworld_core.tools.mcp_client import TOOL_LIST_CACHE, MCPToolset, close_shared_sessions
 from aworld_core.tools.mcp_config import MCPServerConfig, parse_mcp_config
 from aworld_core.tools.mcp_shared import SHARED_SESSIONS
 from support.clock import FakeClock
 from support.fault_proxy import FaultProxy
-from support.mcp_servers import McpHttpServer
 from support.openai_stub import free_port
 
 TOKEN = "shared-token"

@@ -11,10 +11,10 @@ import ssl
 
 import pytest
 
+from aworld_core.testing import McpHttpServer
 from aworld_core.tools.mcp_client import MCPToolset
 from aworld_core.tools.mcp_config import parse_mcp_config, select_servers
 from aworld_core.tools.mcp_session import ssl_context as _ssl_context
-from support.mcp_servers import McpHttpServer
 
 
 @pytest.fixture(scope="module")

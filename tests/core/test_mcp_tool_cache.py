@@ -14,11 +14,11 @@ import asyncio
 import pytest
 
 from aworld_core.errors import ConfigError, MCPConnectionError
+from aworld_core.testing import McpHttpServer, stdio_server_config
 from aworld_core.tools import mcp_client
 from aworld_core.tools.mcp_client import TOOL_LIST_CACHE, MCPToolset, ToolListCache, tool_list_key
 from aworld_core.tools.mcp_config import MCPServerConfig, parse_mcp_config
 from support.clock import FakeClock
-from support.mcp_servers import McpHttpServer, stdio_server_config
 
 TOKEN = "cache-token"
 

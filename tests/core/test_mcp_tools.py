@@ -9,10 +9,10 @@ import pytest
 
 from aworld_core.errors import MCPConnectionError
 from aworld_core.schemas import ToolCall
+from aworld_core.testing import McpHttpServer, stdio_server_config
 from aworld_core.tools.mcp_client import MCPServerConnection, MCPToolset
 from aworld_core.tools.mcp_config import MCPServerConfig, parse_mcp_config, select_servers
 from aworld_core.tools.toolbox import build_toolbox
-from support.mcp_servers import McpHttpServer, stdio_server_config
 from support.openai_stub import free_port
 
 TOKEN = "s3cret-token"

@@ -12,7 +12,7 @@ from aworld_core.errors import MCPConnectionError, UsageError
 from aworld_core.plugins import PluginManager
 from aworld_core.runtime.episode import run_episode
 from aworld_core.schemas import Episode, EpisodeStatus, Sample, SamplingParams
-from support.mcp_servers import McpHttpServer
+from aworld_core.testing import McpHttpServer
 from support.openai_stub import OpenAIStub, SessionRecordingLLM, free_port, reply, tool_call
 
 TOKEN = "tok-episode"

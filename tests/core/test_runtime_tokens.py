@@ -8,8 +8,8 @@ import pytest
 from aworld_core import Agent, AgentConfig
 from aworld_core.runtime.episode import run_episode
 from aworld_core.schemas import EpisodeStatus
+from aworld_core.testing import assistant_turn_text, get_tiny_model_dir, load_template, load_tiny_tokenizer
 from aworld_core.tokens import ScriptedTokenEngine, TokenLLM
-from support.tiny_model import assistant_turn_text, get_tiny_model_dir, load_template, load_tiny_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,11 @@ import pytest
 from aworld_core.errors import LLMError, UsageError
 from aworld_core.llm.base import LLMClient
 from aworld_core.schemas import SamplingParams
+from aworld_core.testing import assistant_turn_text, load_template
 from aworld_core.tokens import LENGTH, STOP, ScriptedTokenEngine, TokenLLM, TokenOutput
 from aworld_core.tokens.chat_template import ChatRenderer
-from support.tiny_model import assistant_turn_text, load_template
 
-pytest_plugins = ["support.tiny_model_fixtures"]  # the tiny model fixtures
+pytest_plugins = ["aworld_core.testing.fixtures"]  # the tiny model fixtures
 
 TOOLS = [
     {

@@ -9,8 +9,8 @@ import pytest
 
 from aworld_core import Agent, AgentConfig, AgentTrainer, Swarm
 from aworld_core.errors import DatasetError, UsageError
+from aworld_core.testing import McpHttpServer
 from support.fake_dists import run_cli
-from support.mcp_servers import McpHttpServer
 from support.openai_stub import OpenAIStub, reply, tool_call
 
 ROWS = [{"question": "What is 2+3?", "answer": "5"}, {"question": "What is 6*7?", "answer": "42"}]

@@ -53,7 +53,7 @@ if not _has_swift():
 @pytest.fixture(scope="session")
 def mcp_server() -> Iterator[Any]:
     """The test MCP server (``add`` only) on 127.0.0.1, streamable HTTP."""
-    from support.mcp_servers import McpHttpServer
+    from aworld_core.testing import McpHttpServer
 
     server = McpHttpServer(name="calc", tools=["add"]).start()
     try:

@@ -1,7 +1,7 @@
 """Real components for the ms-swift suite: a tiny tool-calling model made here, jobs, datasets.
 
 ``build_tool_model`` trains a byte-level BPE tokenizer (the special tokens and chat template of
-``support.tiny_model``) on the texts this suite's conversations are made of, so ms-swift's long
+``aworld_core.testing.tiny_model``) on the texts this suite's conversations are made of, so ms-swift's long
 hermes tool block takes a few dozen tokens instead of hundreds; then a 2-layer Qwen2 with random
 weights is warm-started for a few seconds on add-tool traces rendered by ms-swift's own
 ``qwen2_5`` template (the tokenizer ms-swift loads for the directory, its hermes tool block, the
@@ -57,11 +57,11 @@ def _corpus(tools: list[dict[str, Any]], pairs: list[tuple[int, int]]) -> list[s
 
 
 def build_tokenizer(texts: list[str], vocab_size: int = 1024) -> Any:
-    """A byte-level BPE tokenizer trained on ``texts``, with ``support.tiny_model``'s special tokens."""
+    """A byte-level BPE tokenizer trained on ``texts``, with ``aworld_core.testing.tiny_model``'s special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from support.tiny_model import SPECIAL_TOKENS, TAG_TOKENS, load_template
+    from aworld_core.testing import SPECIAL_TOKENS, TAG_TOKENS, load_template
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -85,7 +85,7 @@ def build_tool_model(path: Path, tools: list[dict[str, Any]], *, pairs: list[tup
     import torch
     from swift import get_processor, get_template
 
-    from support.tiny_model import build_tiny_model, load_tiny_model
+    from aworld_core.testing import build_tiny_model, load_tiny_model
 
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(_corpus(tools, pairs))

@@ -19,7 +19,7 @@ if str(HERE) not in sys.path:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
-    from support.tiny_model import get_tiny_model_dir
+    from aworld_core.testing import get_tiny_model_dir
 
     return get_tiny_model_dir()
 
@@ -42,8 +42,8 @@ def verl_tokenizer(verl_base_config: Any) -> Any:
 
 @pytest.fixture(scope="session")
 def tiny_engine(tiny_model_dir: Path) -> Any:
+    from aworld_core.testing import load_tiny_model
     from aworld_core.tokens.hf_engine import HFTokenEngine
-    from support.tiny_model import load_tiny_model
 
     return HFTokenEngine(load_tiny_model(tiny_model_dir), None, batch_window_s=0.0, max_new_tokens=64)
 

@@ -91,7 +91,7 @@ async def test_failed_and_timed_out_episodes_return_no_item_under_v1(make_worker
 async def test_truncation_keeps_ids_mask_and_logprobs_aligned(make_worker, verl_tokenizer, monkeypatch, close_states):
     from verl_testkit import MCP_URL_ENV, StubServer
 
-    from support.mcp_servers import McpHttpServer
+    from aworld_core.testing import McpHttpServer
 
     call = "<tool_call>\n" + json.dumps({"name": "echo", "arguments": {"text": "x" * 40}}) + "\n</tool_call>"
     server = StubServer(verl_tokenizer, script=[call], response_length=48)

@@ -69,7 +69,7 @@ def _response(out: Any, row: int) -> tuple[list[int], list[int], list[float]]:
 async def test_mcp_tool_episode_masks_tool_tokens(make_worker, verl_tokenizer, monkeypatch, close_states):
     from verl_testkit import MCP_URL_ENV, StubServer
 
-    from support.mcp_servers import McpHttpServer
+    from aworld_core.testing import McpHttpServer
 
     entry = {"name": "aworld_mcp", "_target_": "aworld_verl.AworldAgentLoop", "agent": "verl_testkit:mcp_agent"}
     server = StubServer(verl_tokenizer, script=[_tool_call("add", {"a": 2, "b": 3}), "The sum is 5."])

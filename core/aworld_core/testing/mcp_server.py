@@ -1,10 +1,13 @@
 """Real MCP servers for tests, built with the official SDK (``mcp`` 2.x ``MCPServer``).
 
+Needs only aworld-core's own dependencies (``mcp``, ``starlette``, ``uvicorn``); uvicorn is
+imported when a server starts.
+
 * ``McpHttpServer``: streamable HTTP (``/mcp``) or SSE (``/sse``) on 127.0.0.1, served by uvicorn
   in a background thread; optional bearer-token auth answering 401 on a missing or wrong token;
   ``stop()`` / ``start()`` again on the same port (to take a server down mid-episode and back).
 * ``McpServerProcess``: the same server as a separate process (``kill()`` it like a crashed host).
-* ``stdio_server_config()``: an ``mcpServers`` entry that launches this file as a stdio server.
+* ``stdio_server_config()``: an ``mcpServers`` entry that launches this module as a stdio server.
 
 Tools (pick a subset with ``tools=``): ``add``, ``echo``, ``upper``, ``fail`` (raises an
 unexpected exception), ``refuse`` (raises the SDK's ``ToolError`` with a message), ``sleep``
@@ -12,8 +15,8 @@ unexpected exception), ``refuse`` (raises the SDK's ``ToolError`` with a message
 ``Mcp-Param-Region`` header, ``x-mcp-header``), ``resume`` (answers ``input_required`` with a
 ``requestState`` first, then the result when the client retries with it).
 
-This file is also a script: ``python mcp_servers.py --stdio`` or ``--http --port N [--token T]``.
-It imports nothing from the test tree, so a subprocess can run it by path.
+This module is also a program: ``python -m aworld_core.testing.mcp_server --stdio`` or
+``--http --port N [--token T] [--tools add,echo] [--transport sse]``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
@@ -39,13 +41,20 @@ __all__ = [
     "ALL_TOOLS",
     "McpHttpServer",
     "McpServerProcess",
+    "build_app",
     "build_mcp_server",
+    "server_command",
     "stdio_server_config",
     "wait_for_port",
 ]
 
 ALL_TOOLS = ("add", "echo", "upper", "fail", "refuse", "sleep", "count", "region", "resume")
-THIS_FILE = Path(__file__).resolve()
+MODULE = "aworld_core.testing.mcp_server"
+
+
+def server_command(*args: str) -> list[str]:
+    """The command that runs this module as a server program with ``args`` (see ``main``)."""
+    return [sys.executable, "-m", MODULE, *args]
 
 
 def build_mcp_server(
@@ -232,6 +241,8 @@ def build_app(
     tools_ttl_ms: int | None = None,
     handshake_only: bool = False,
 ) -> Any:
+    """The ASGI app of a test server: ``build_mcp_server`` over ``transport`` behind the bearer
+    check (``token``) that records request headers into ``seen`` and bodies into ``bodies``."""
     server = build_mcp_server(name, tools, tools_ttl_ms=tools_ttl_ms)
     if transport == "sse":
         app = server.sse_app()
@@ -359,6 +370,7 @@ class McpHttpServer:
 
 
 def wait_for_port(host: str, port: int, timeout_s: float = 20.0) -> None:
+    """Return once something accepts TCP connections on ``host:port``; ``RuntimeError`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -405,7 +417,7 @@ class McpServerProcess:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 self.port = sock.getsockname()[1]
-        cmd = [sys.executable, str(THIS_FILE), "--http", "--port", str(self.port), "--name", self.name]
+        cmd = server_command("--http", "--port", str(self.port), "--name", self.name)
         cmd += ["--transport", self.transport]
         if self.token is not None:
             cmd += ["--token", self.token]
@@ -445,14 +457,15 @@ class McpServerProcess:
 
 
 def stdio_server_config(tools: Iterable[str] | None = None, name: str = "stdio-tools") -> dict[str, Any]:
-    """An ``mcpServers`` entry that runs this file as a stdio MCP server."""
-    args = [str(THIS_FILE), "--stdio", "--name", name]
+    """An ``mcpServers`` entry that runs this module as a stdio MCP server."""
+    command, *args = server_command("--stdio", "--name", name)
     if tools is not None:
         args += ["--tools", ",".join(tools)]
-    return {"type": "stdio", "command": sys.executable, "args": args, "env": {"PYTHONUNBUFFERED": "1"}, "timeout": 20}
+    return {"type": "stdio", "command": command, "args": args, "env": {"PYTHONUNBUFFERED": "1"}, "timeout": 20}
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Serve a test MCP server over stdio or HTTP until killed (the module's program)."""
     parser = argparse.ArgumentParser(description="A test MCP server.")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--stdio", action="store_true")

@@ -3,15 +3,17 @@
 Nothing is downloaded: a byte-level BPE tokenizer is trained on a small built-in corpus with the
 special tokens of ChatML (Qwen) and Llama-3 chats, and a 2-layer Qwen2 model gets random weights.
 Both are saved with ``save_pretrained`` so suites exercise the same loading path as real models.
+Needs the ``hf`` extra (``pip install 'aworld-core[hf]'``); torch and transformers are imported
+only when a function here runs.
 
 Load the tokenizer with ``PreTrainedTokenizerFast.from_pretrained(dir)`` (``load_tiny_tokenizer``):
 in transformers 5 ``AutoTokenizer`` swaps in Qwen2's own pre-tokenizer for a ``qwen2`` model dir
 and the ids stop matching the ones the tokenizer was trained with.
 
 Use from other suites: the session-scoped fixtures ``tiny_model_dir``, ``tiny_tokenizer`` and
-``tiny_model`` live in ``support.tiny_model_fixtures``; a test module asks for them with::
+``tiny_model`` live in ``aworld_core.testing.fixtures``; a test module asks for them with::
 
-    pytest_plugins = ["support.tiny_model_fixtures"]
+    pytest_plugins = ["aworld_core.testing.fixtures"]
 
 or calls ``get_tiny_model_dir()`` (built once per process) outside pytest.
 """
@@ -25,8 +27,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from aworld_core.testing._extras import require
+
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATE_NAMES = ("qwen2_5", "qwen3", "llama3")
+DEFAULT_TEMPLATE = "qwen2_5"
+_HF = ("torch", "transformers", "tokenizers")
 
 # ChatML / Qwen control tokens are "special" (skipped by skip_special_tokens); the tag tokens are
 # added but not special, as in Qwen's own tokenizer.
@@ -77,8 +83,11 @@ def _corpus(rng: random.Random, lines: int = 1500) -> list[str]:
     return out
 
 
-def build_tiny_tokenizer(vocab_size: int = 640, seed: int = 0) -> Any:
-    """A byte-level BPE ``PreTrainedTokenizerFast`` trained here (deterministic for a seed)."""
+def build_tiny_tokenizer(vocab_size: int = 640, seed: int = 0, template: str = DEFAULT_TEMPLATE) -> Any:
+    """A byte-level BPE ``PreTrainedTokenizerFast`` trained here (deterministic for a seed) whose
+    chat template is ``template``: a family name (``TEMPLATE_NAMES``) or the Jinja text itself."""
+    chat_template = template_text(template)
+    require(*_HF, what="the tiny tokenizer")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -100,12 +109,13 @@ def build_tiny_tokenizer(vocab_size: int = 640, seed: int = 0) -> Any:
         clean_up_tokenization_spaces=False,
     )
     fast.add_tokens(TAG_TOKENS)
-    fast.chat_template = load_template("qwen2_5")
+    fast.chat_template = chat_template
     return fast
 
 
 def build_tiny_model(vocab_size: int, seed: int = 0, hidden: int = 64, layers: int = 2) -> Any:
     """A Qwen2 causal LM with random weights (float32, CPU)."""
+    require(*_HF, what="the tiny model")
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -132,11 +142,12 @@ def build_tiny_model(vocab_size: int, seed: int = 0, hidden: int = 64, layers: i
     return model
 
 
-def make_tiny_model(directory: str | Path, seed: int = 0) -> Path:
-    """Write a tiny tokenizer and model into ``directory`` (created) and return it."""
+def make_tiny_model(directory: str | Path, seed: int = 0, template: str = DEFAULT_TEMPLATE) -> Path:
+    """Write a tiny tokenizer (chat template ``template``: a family name or Jinja text) and model
+    into ``directory`` (created) and return it."""
     directory = Path(directory)
+    tokenizer = build_tiny_tokenizer(seed=seed, template=template)
     directory.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tiny_tokenizer(seed=seed)
     model = build_tiny_model(len(tokenizer), seed=seed)
     tokenizer.save_pretrained(directory)
     model.save_pretrained(directory)
@@ -144,12 +155,16 @@ def make_tiny_model(directory: str | Path, seed: int = 0) -> Path:
 
 
 def load_tiny_tokenizer(directory: str | Path) -> Any:
+    """The tokenizer saved in ``directory``, as ``PreTrainedTokenizerFast`` (not ``AutoTokenizer``)."""
+    require(*_HF, what="loading the tiny tokenizer")
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast.from_pretrained(str(directory))
 
 
 def load_tiny_model(directory: str | Path) -> Any:
+    """The model saved in ``directory``, in eval mode."""
+    require(*_HF, what="loading the tiny model")
     from transformers import Qwen2ForCausalLM
 
     model = Qwen2ForCausalLM.from_pretrained(str(directory))
@@ -158,11 +173,18 @@ def load_tiny_model(directory: str | Path) -> Any:
 
 
 def load_template(name: str) -> str:
-    """A chat template from ``tests/support/templates`` by family name (``qwen2_5``, ``qwen3``, ``llama3``)."""
+    """A chat template shipped with the kit, by family name (``qwen2_5``, ``qwen3``, ``llama3``)."""
     path = TEMPLATES_DIR / f"{name}.jinja"
-    if not path.exists():
+    if name not in TEMPLATE_NAMES or not path.exists():
         raise FileNotFoundError(f"no chat template {name!r}; have {', '.join(TEMPLATE_NAMES)}")
     return path.read_text()
+
+
+def template_text(template: str) -> str:
+    """``template`` as Jinja text: a family name is loaded with ``load_template``, text is kept."""
+    if "{{" in template or "{%" in template:
+        return template
+    return load_template(template)
 
 
 def assistant_turn_text(tokenizer: Any, template: str, message: dict[str, Any], tools: Any = None) -> str:
@@ -189,13 +211,14 @@ def assistant_turn_text(tokenizer: Any, template: str, message: dict[str, Any], 
 
 
 _CACHE_LOCK = threading.Lock()
-_CACHED_DIR: Path | None = None
+_CACHED_DIRS: dict[str, Path] = {}
 
 
-def get_tiny_model_dir() -> Path:
-    """The tiny model directory, built once per process into a temporary directory."""
-    global _CACHED_DIR
+def get_tiny_model_dir(template: str = DEFAULT_TEMPLATE) -> Path:
+    """The tiny model directory for ``template``, built once per process into a temporary directory."""
     with _CACHE_LOCK:
-        if _CACHED_DIR is None or not (_CACHED_DIR / "config.json").exists():
-            _CACHED_DIR = make_tiny_model(Path(tempfile.mkdtemp(prefix="aworld-tiny-model-")))
-        return _CACHED_DIR
+        cached = _CACHED_DIRS.get(template)
+        if cached is None or not (cached / "config.json").exists():
+            cached = make_tiny_model(Path(tempfile.mkdtemp(prefix="aworld-tiny-model-")), template=template)
+            _CACHED_DIRS[template] = cached
+        return cached
