@@ -8,7 +8,10 @@ Unknown fields are errors: a typo must not be silently ignored.
 
 from __future__ import annotations
 
+import copy
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -135,28 +138,147 @@ class JobConfig(_Section):
     backends: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Per-backend sections, passed through untouched."
     )
-    output_dir: str | None = None
+    output_dir: str | None = Field(
+        default=None, description="Where the job writes; default: <AWORLD_OUTPUT_ROOT>/<name>."
+    )
     seed: int = 0
     logging: LoggingSection = Field(default_factory=LoggingSection)
     base_dir: str | None = Field(
-        default=None, description="Directory relative paths are resolved against (the config's)."
+        default=None,
+        description="Directory relative paths are resolved against: the config file's; for a job "
+        "given as a dict, the current directory when unset.",
     )
 
     def backend_section(self, backend: str) -> dict[str, Any]:
         return dict(self.backends.get(backend, {}))
 
     def resolve_path(self, path: str) -> str:
-        """A path as written in the config, resolved against the config file's directory."""
-        candidate = Path(path).expanduser()
-        if candidate.is_absolute() or self.base_dir is None:
-            return str(candidate)
-        beside = Path(self.base_dir) / candidate
-        return str(beside.resolve()) if beside.exists() else str(candidate)
+        """``path`` as an absolute local path: a relative one is joined to ``base_dir`` (the config
+        file's directory; the current directory when the job has none) whether or not it exists.
 
-    def resolved_output_dir(self, root: str = "runs") -> Path:
+        The model's own ``path`` / ``tokenizer`` value comes back unchanged when it is a hub id
+        (see :func:`names_local_path`), so backends can pass it on as it is.
+        """
+        base = self.base_dir or Path.cwd()
+        model = self.model
+        if (
+            model is not None
+            and path in (model.path, model.tokenizer)
+            and not (path == model.path and model.build)
+            and not names_local_path(path, base)
+        ):
+            return path
+        return absolute_path(path, base)
+
+    def resolved_output_dir(self, root: str | Path | None = None) -> Path:
+        """The job's output directory, always absolute: ``output_dir`` (relative: to ``base_dir``),
+        else ``<root>/<name>``, ``root`` (default: the ``AWORLD_OUTPUT_ROOT`` setting, ``runs``)
+        being relative to the current directory."""
         if self.output_dir:
-            return Path(self.resolve_path(self.output_dir)) if self.base_dir else Path(self.output_dir)
-        return Path(root) / self.name
+            return Path(absolute_path(self.output_dir, self.base_dir or Path.cwd()))
+        if root is None:
+            from aworld_core.settings import get_settings
+
+            root = get_settings().output_root
+        return Path(absolute_path(Path(root) / self.name, Path.cwd()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths: what a relative path in a job is relative to (docs/architecture.md, "Paths")
+# ---------------------------------------------------------------------------------------------
+
+# The job fields that name local files, and how each is read:
+#   "path"  always a local path;
+#   "model" a local path or a hub id (names_local_path); model.path is local when model.build is set;
+#   "ref"   an import reference: only 'file.py:name' holds a path ('pkg.mod:name' is left alone);
+#   "refs"  a list of import references.
+# Nothing else is rewritten: backends.*, dataset options, environment args and mcp_config are
+# passed on as written.
+PATH_FIELDS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("output_dir",), "path"),
+    (("train_dataset", "path"), "path"),
+    (("test_dataset", "path"), "path"),
+    (("model", "chat_template"), "path"),
+    (("model", "path"), "model"),
+    (("model", "tokenizer"), "model"),
+    (("model", "build"), "ref"),
+    (("reward", "name"), "ref"),
+    (("agent", "factory"), "ref"),
+    (("agent", "tools"), "refs"),
+)
+
+
+def absolute_path(path: str | Path, base: str | Path) -> str:
+    """``path`` made absolute: ``~`` expanded, a relative path joined to ``base`` whether or not it
+    exists; ``..`` collapsed, symlinks kept."""
+    candidate = Path(path).expanduser()
+    return os.path.normpath(candidate if candidate.is_absolute() else Path(base).expanduser().absolute() / candidate)
+
+
+def names_local_path(value: str, base: str | Path) -> bool:
+    """Whether a ``model.path`` / ``model.tokenizer`` value is a local path rather than a hub id.
+
+    Local: it starts with ``/``, ``~``, ``./`` or ``../`` (or is ``.`` / ``..``), or it exists
+    beside ``base``. Anything else (``Qwen/Qwen2-0.5B``) is a hub id and is left as written.
+    """
+    if value in (".", "..") or value.startswith(("/", "~", "./", "../")):
+        return True
+    return (Path(base).expanduser() / value).exists()
+
+
+def absolute_ref(ref: str, base: str | Path) -> str:
+    """An import reference with its ``file.py`` part made absolute; ``pkg.mod:name`` unchanged."""
+    target, sep, attr = ref.rpartition(":")
+    if sep and target.endswith(".py"):
+        return f"{absolute_path(target, base)}:{attr}"
+    return ref
+
+
+def _section(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any] | None:
+    node: Any = data
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+
+def _overlaps(location: tuple[str, ...], keys: Sequence[str]) -> bool:
+    """Whether an override of ``keys`` sets the field at ``location`` (or the section holding it)."""
+    n = min(len(location), len(keys))
+    return tuple(location[:n]) == tuple(keys[:n])
+
+
+def resolve_job_paths(
+    data: dict[str, Any],
+    base: str | Path,
+    *,
+    overridden: Sequence[Sequence[str]] = (),
+    cwd: str | Path | None = None,
+) -> dict[str, Any]:
+    """Make the local paths of a raw job mapping (:data:`PATH_FIELDS`) absolute, in place.
+
+    A field set by an override in ``overridden`` (key paths, e.g. ``["model", "path"]``) is
+    relative to ``cwd`` (default: the current directory), any other to ``base``. Hub ids and
+    ``module:name`` references are left alone; values of the wrong type are left for validation.
+    """
+    here = Path(cwd) if cwd is not None else Path.cwd()
+    for location, kind in PATH_FIELDS:
+        parent = _section(data, location[:-1])
+        key = location[-1]
+        if parent is None or key not in parent:
+            continue
+        value = parent[key]
+        root = here if any(_overlaps(location, keys) for keys in overridden) else Path(base)
+        if kind == "path" and isinstance(value, str) and value:
+            parent[key] = absolute_path(value, root)
+        elif kind == "model" and isinstance(value, str) and value:
+            built = key == "path" and bool(parent.get("build"))
+            if built or names_local_path(value, root):
+                parent[key] = absolute_path(value, root)
+        elif kind == "ref" and isinstance(value, str):
+            parent[key] = absolute_ref(value, root)
+        elif kind == "refs" and isinstance(value, list):
+            parent[key] = [absolute_ref(item, root) if isinstance(item, str) else item for item in value]
+    return data
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,14 +399,31 @@ def load_job_config(
     overrides: list[str] | None = None,
     data: dict[str, Any] | None = None,
 ) -> JobConfig:
-    """Read a job from a file (or a dict), apply overrides, validate. Raises ConfigError."""
-    raw: dict[str, Any] = dict(data or {})
+    """Read a job from a file (or a dict), apply overrides, validate. Raises ConfigError.
+
+    Local paths come out absolute (:func:`resolve_job_paths`): those written in the file are
+    relative to the file's directory, those in ``data`` to its ``base_dir`` (else the current
+    directory), and those given in ``overrides`` (typed in a shell) to the current directory.
+    """
+    raw: dict[str, Any] = copy.deepcopy(dict(data or {}))
     source = "(given as a dict)"
+    cwd = Path.cwd()
+    config_dir: Path | None = None
     if path is not None:
         raw = read_config_file(path)
-        raw.setdefault("base_dir", str(Path(path).resolve().parent))
+        config_dir = Path(path).resolve().parent
         source = f"in '{path}'"
-    apply_overrides(raw, list(overrides or []))
+    overrides = list(overrides or [])
+    touched = [parse_override(text)[0] for text in overrides]
+    apply_overrides(raw, overrides)
+    base_dir = raw.get("base_dir")
+    if isinstance(base_dir, str) and base_dir:
+        from_file = config_dir is not None and ["base_dir"] not in touched
+        raw["base_dir"] = absolute_path(base_dir, config_dir if from_file and config_dir else cwd)
+    elif config_dir is not None:
+        raw["base_dir"] = str(config_dir)
+    base = raw["base_dir"] if isinstance(raw.get("base_dir"), str) and raw["base_dir"] else cwd
+    resolve_job_paths(raw, base, overridden=touched, cwd=cwd)
     try:
         return JobConfig.model_validate(raw)
     except ValidationError as exc:

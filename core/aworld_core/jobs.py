@@ -35,12 +35,13 @@ def choose_backend(requested: str | None, job: Any) -> str:
 def format_plan(plan: Any, job: Any, output_dir: Any) -> str:
     import yaml
 
+    from aworld_core.launch import plan_cwd
+
     lines = [f"backend: {plan.backend}", f"output directory: {output_dir}"]
     if plan.command:
         lines.append("command line:")
         lines.append("  " + shlex.join(plan.command))
-        if plan.cwd:
-            lines.append(f"  (in {plan.cwd})")
+        lines.append(f"  (in {plan_cwd(plan, output_dir)})")
     if plan.entrypoint:
         lines.append(f"entry point (in-process): {plan.entrypoint}")
     if plan.env:
@@ -60,10 +61,13 @@ def format_plan(plan: Any, job: Any, output_dir: Any) -> str:
 
 
 def plan_job(backend: str, job: Any) -> tuple[Any, Any]:
+    """The backend's ``LaunchPlan`` and the job's output directory (always absolute)."""
+    from pathlib import Path
+
     from aworld_core.plugins import get_plugin_manager
     from aworld_core.settings import get_settings
 
-    output_dir = job.resolved_output_dir(get_settings().output_root)
+    output_dir = Path(job.resolved_output_dir(get_settings().output_root)).absolute()
     plan = get_plugin_manager().hook.plan_launch(backend=backend, job=job, output_dir=output_dir)
     if plan is None:
         raise AworldError(

@@ -22,8 +22,16 @@ def write_plan_files(plan: LaunchPlan, output_dir: Path) -> dict[str, str]:
     return written
 
 
+def plan_cwd(plan: LaunchPlan, output_dir: Path) -> Path:
+    """Where ``plan.command`` runs: ``plan.cwd`` (a relative one is inside the output directory),
+    else the output directory; always absolute."""
+    out = Path(output_dir).absolute()
+    return out / plan.cwd if plan.cwd else out
+
+
 def execute_plan(plan: LaunchPlan, output_dir: Path) -> TrainResult:
     """Run ``plan``; a non-zero exit or an exception in the entry point is reported, not hidden."""
+    output_dir = Path(output_dir).absolute()
     output_dir.mkdir(parents=True, exist_ok=True)
     artifacts = write_plan_files(plan, output_dir)
     if plan.entrypoint:
@@ -35,7 +43,9 @@ def execute_plan(plan: LaunchPlan, output_dir: Path) -> TrainResult:
         return TrainResult(backend=plan.backend, output_dir=str(output_dir), metrics=metrics, artifacts=artifacts)
     if plan.command:
         env = {**os.environ, **plan.env}
-        proc = subprocess.run(plan.command, cwd=plan.cwd or output_dir, env=env, check=False)
+        cwd = plan_cwd(plan, output_dir)
+        cwd.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(plan.command, cwd=cwd, env=env, check=False)
         if proc.returncode != 0:
             raise AworldError(
                 f"backend '{plan.backend}' command failed with exit code {proc.returncode}: "

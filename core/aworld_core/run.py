@@ -21,6 +21,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m aworld_core.run",
         description="Train (or plan) an AWorld agent job on an RL backend.",
+        epilog=(
+            "paths: relative paths written in the config file are relative to the file's directory; "
+            "relative paths given as key.path=value overrides are relative to the current directory. "
+            "Without output_dir a job writes to $AWORLD_OUTPUT_ROOT/<name> (default runs/<name>) under "
+            "the current directory. A model.path / model.tokenizer that does not start with / ~ ./ ../ "
+            "and does not exist (beside the config; for an override, here) is a hub id, left as "
+            "written. Rules: docs/architecture.md, 'Paths'."
+        ),
     )
     parser.add_argument("--backend", help="backend name (see --list); default: the job's, else 'trl'")
     parser.add_argument("--config", help="job config file (YAML or JSON)")
@@ -35,7 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--limit", type=int, help="with --eval: only the first N tasks")
     parser.add_argument(
-        "overrides", nargs="*", metavar="key.path=value", help="override config fields"
+        "overrides",
+        nargs="*",
+        metavar="key.path=value",
+        help="override config fields (relative paths: to the current directory)",
     )
     return parser
 

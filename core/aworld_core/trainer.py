@@ -27,7 +27,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aworld_core.config import DatasetSection, JobConfig, load_job_config
+from aworld_core.config import (
+    DatasetSection,
+    JobConfig,
+    absolute_path,
+    absolute_ref,
+    load_job_config,
+    resolve_job_paths,
+)
 from aworld_core.errors import UsageError
 from aworld_core.schemas import Sample
 
@@ -90,12 +97,13 @@ def agent_section(agent: Any) -> dict[str, Any]:
 def _dataset_section(data: Any, role: str, output_dir: Path) -> dict[str, Any] | None:
     if data is None:
         return None
+    key = f"{role}_dataset"  # paths given in Python are relative to the current directory
     if isinstance(data, (str, Path)):
-        return {"path": str(Path(data).resolve()) if Path(data).exists() else str(data)}
+        return {"path": absolute_path(data, Path.cwd())}
     if isinstance(data, DatasetSection):
-        return data.model_dump(exclude_none=True)
+        return resolve_job_paths({key: data.model_dump(exclude_none=True)}, Path.cwd())[key]
     if isinstance(data, dict):
-        return data
+        return resolve_job_paths({key: dict(data)}, Path.cwd())[key]
     rows = _rows(data, role)
     target = output_dir / "data" / f"{role}.jsonl"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -129,10 +137,10 @@ def _rows(data: Any, role: str) -> list[dict[str, Any]]:
 def _reward_section(reward: Any) -> dict[str, Any] | None:
     if reward is None:
         return None
-    if isinstance(reward, str):
-        return {"name": reward}
+    if isinstance(reward, str):  # a 'file.py:name' given in Python is relative to the current directory
+        return {"name": absolute_ref(reward, Path.cwd())}
     if isinstance(reward, dict):
-        return reward
+        return resolve_job_paths({"reward": dict(reward)}, Path.cwd())["reward"]
     if callable(reward):
         params = inspect.signature(reward).parameters
         return {"name": callable_ref(reward, "reward_func"), "trajectory_aware": "episode" in params}

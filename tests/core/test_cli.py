@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,85 @@ def plan_launch(backend, job, output_dir):
 def train(name):
     return {{"trained": name}}
 '''
+
+
+# A backend that records the output directory it is given, and runs a command that reports
+# where it runs and where the file named on its command line is.
+WHERE_PLUGIN = '''
+import json, sys
+from pathlib import Path
+from aworld_core import BackendSpec, LaunchPlan, hookimpl
+
+REPORT = "import json, os, sys; print('REPORT ' + json.dumps({'cwd': os.getcwd(), 'arg': os.path.abspath(sys.argv[1])}))"
+
+@hookimpl
+def register_backends():
+    return [BackendSpec("where", "reports the paths it is given")]
+
+@hookimpl
+def plan_launch(backend, job, output_dir):
+    if backend != "where":
+        return None
+    seen = {"output_dir": str(output_dir), "absolute": Path(output_dir).is_absolute(),
+            "train": job.train_dataset.path if job.train_dataset else None}
+    return LaunchPlan(backend="where", command=[sys.executable, "-c", REPORT, str(output_dir / "seen.json")],
+                      cwd=job.backend_section("where").get("cwd"), files={"seen.json": json.dumps(seen)})
+'''
+
+
+@pytest.fixture
+def where(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The 'where' backend installed in a site folder; a config folder and a separate shell folder."""
+    site, conf, shell = tmp_path / "site", tmp_path / "conf", tmp_path / "shell"
+    make_dist(site, "aworld-where", "1.0.0", {"where": "aworld_where"}, {"aworld_where.py": WHERE_PLUGIN})
+    conf.mkdir()
+    shell.mkdir()
+    (conf / "job.yaml").write_text("name: where-job\nbackend: where\noutput_dir: out\ntrain_dataset: {path: data/train.jsonl}\n")
+    return site, conf.resolve(), shell.resolve()
+
+
+def _report(stdout: str) -> dict:
+    return json.loads(next(line for line in stdout.splitlines() if line.startswith("REPORT "))[len("REPORT "):])
+
+
+def test_a_relative_output_dir_is_made_absolute_beside_the_config_before_planning(where):
+    site, conf, shell = where
+    result = run_cli("--config", "../conf/job.yaml", site=site, cwd=shell)  # a config path typed relative
+    assert result.returncode == 0, result.stderr
+    seen = json.loads((conf / "out" / "seen.json").read_text())
+    assert seen == {"output_dir": str(conf / "out"), "absolute": True, "train": str(conf / "data" / "train.jsonl")}
+    # the command runs in the output directory and finds the file the plan named
+    assert _report(result.stdout) == {"cwd": str(conf / "out"), "arg": str(conf / "out" / "seen.json")}
+    assert not (shell / "out").exists()
+
+
+def test_dry_run_and_overrides_use_the_current_directory(where):
+    site, conf, shell = where
+    result = run_cli("--config", str(conf / "job.yaml"), "--dry-run", "output_dir=o2",
+                     "train_dataset.path=mine.jsonl", site=site, cwd=shell)
+    assert result.returncode == 0, result.stderr
+    assert f"output directory: {shell / 'o2'}\n" in result.stdout
+    assert f"  (in {shell / 'o2'})\n" in result.stdout
+    assert f"path: {shell / 'mine.jsonl'}" in result.stdout
+    assert not (shell / "o2").exists()
+    unset = run_cli("--config", str(conf / "job.yaml"), "--dry-run", "output_dir=null", site=site, cwd=shell)
+    assert unset.returncode == 0, unset.stderr
+    assert f"output directory: {shell / 'runs' / 'where-job'}\n" in unset.stdout  # AWORLD_OUTPUT_ROOT, default runs
+
+
+def test_help_states_the_path_rules():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert "relative paths written in the config file are relative to the file's directory" in text
+    assert "relative paths given as key.path=value overrides are relative to the current directory" in text
+
+
+def test_a_relative_plan_cwd_is_inside_the_output_directory(where):
+    site, conf, shell = where
+    result = run_cli("--config", str(conf / "job.yaml"), "backends.where.cwd=work", site=site, cwd=shell)
+    assert result.returncode == 0, result.stderr
+    assert _report(result.stdout) == {"cwd": str(conf / "out" / "work"), "arg": str(conf / "out" / "seen.json")}
 
 
 def _backend_dist(site: Path, dist: str, module: str, name: str) -> None:

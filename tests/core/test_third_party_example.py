@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 import subprocess
 import sysconfig
 import venv
@@ -11,6 +14,21 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "third_party_backend"
+# the README's command, run as written from the repository root
+DOCUMENTED = "python -m aworld_core.run --config examples/third_party_backend/job.yaml"
+OUTPUT = ROOT / "runs" / "echo-demo"  # the job's default output: runs/<name> under the current directory
+
+
+def _git_status() -> str | None:
+    """Changes git sees in the example's folder (None outside a git checkout)."""
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        return None
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", "examples/third_party_backend"],
+                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
+def test_the_readme_documents_the_command_the_test_runs():
+    assert DOCUMENTED in (EXAMPLE / "README.md").read_text()
 
 
 @pytest.mark.slow
@@ -35,14 +53,27 @@ def test_pip_install_example_into_a_throwaway_environment_and_run(tmp_path: Path
     assert listing.returncode == 0, listing.stderr
     assert "echo" in listing.stdout and "aworld-echo-backend" in listing.stdout
 
-    run = subprocess.run(
-        [str(python), "-m", "aworld_core.run", "--backend", "echo", "--config", str(EXAMPLE / "job.yaml"),
-         f"output_dir={tmp_path / 'out'}"],
-        capture_output=True, text=True,
-    )
-    assert run.returncode == 0, run.stderr
-    assert "echo backend: hi from the echo backend; job 'echo-demo' with 2 training rows" in run.stdout
-    assert (tmp_path / "out" / "echo_job.json").is_file()
+    # the documented command, exactly, from the repository root (no overrides, no AWORLD_* settings)
+    before = _git_status()
+    runs_existed, output_existed = OUTPUT.parent.exists(), OUTPUT.exists()
+    (OUTPUT / "echo_job.json").unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWORLD_")}
+    try:
+        run = subprocess.run([str(python), *shlex.split(DOCUMENTED)[1:]], cwd=ROOT, env=env,
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        assert "echo backend: hi from the echo backend; job 'echo-demo' with 2 training rows" in run.stdout
+        assert f"output={OUTPUT}" in run.stdout
+        assert (OUTPUT / "echo_job.json").is_file()
+        if before is not None:
+            ignored = subprocess.run(["git", "check-ignore", "-q", str(OUTPUT / "echo_job.json")], cwd=ROOT)
+            assert ignored.returncode == 0, "the example's output must land where git ignores it"
+        assert _git_status() == before, "running the example must not change files git tracks"
+    finally:
+        if not output_existed:
+            shutil.rmtree(OUTPUT, ignore_errors=True)
+        if not runs_existed and OUTPUT.parent.exists() and not any(OUTPUT.parent.iterdir()):
+            OUTPUT.parent.rmdir()
     core_file = subprocess.check_output([str(python), "-c", "import aworld_core; print(aworld_core.__file__)"], text=True)
     assert core_file.startswith(str(env_dir)), "the core must come from the throwaway environment"
 
