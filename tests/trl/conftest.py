@@ -4,6 +4,7 @@
   few seconds on tool traces only, so it calls the calculator on (almost) every task. Real
   weights, real tokenizer, made at test time; nothing is downloaded.
 * ``calculator``: the demo's calculator, a real MCP server process on 127.0.0.1 with a token.
+* ``recorded``: every batch TRL's real ``GRPOTrainer`` builds (rows after the rollout, tensors).
 """
 
 from __future__ import annotations
@@ -95,3 +96,27 @@ def _write_samples(path: Path, n: int, seed: int = 0, split: str = "train") -> P
 def write_samples() -> Any:
     """``write_samples(path, n, seed=0, split="train")``: arith tasks as a JSONL dataset file."""
     return _write_samples
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Record every batch the GRPO trainer builds (inputs after the rollout + padded tensors)."""
+    import aworld_trl.grpo as grpo
+
+    records: list[dict[str, Any]] = []
+    original = grpo.trainer_class
+
+    def recording_class() -> type:
+        base = original()
+
+        class Recording(base):  # type: ignore[misc, valid-type]
+            def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+                out = super()._generate_and_score_completions(inputs)
+                records.append({"inputs": [dict(row) for row in inputs],
+                                **{k: v.detach().clone() for k, v in out.items() if hasattr(v, "detach")}})
+                return out
+
+        return Recording
+
+    monkeypatch.setattr(grpo, "trainer_class", recording_class)
+    return records

@@ -15,3 +15,8 @@ def seen_reward(episode: Any, sample: Any) -> float:
                  "tool_results": tool_results})
     answer = parse_answer(episode.final_answer)
     return 1.0 if answer is not None and str(answer) == str(sample.ground_truth) else 0.0
+
+
+def index_reward(episode: Any, sample: Any) -> float:
+    """The member's position in its GRPO group: known, distinct rewards within every group."""
+    return float(episode.metadata["group_index"])

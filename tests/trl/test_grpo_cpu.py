@@ -23,31 +23,8 @@ from aworld_core.imports import import_ref
 REWARD_FILE = Path(__file__).resolve().parent / "episode_rewards.py"
 
 
-@pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """Record every batch the GRPO trainer builds (inputs after the rollout + padded tensors)."""
-    import aworld_trl.grpo as grpo
-
-    records: list[dict[str, Any]] = []
-    original = grpo.trainer_class
-
-    def recording_class() -> type:
-        base = original()
-
-        class Recording(base):  # type: ignore[misc, valid-type]
-            def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-                out = super()._generate_and_score_completions(inputs)
-                records.append({"inputs": [dict(row) for row in inputs],
-                                **{k: v.detach().clone() for k, v in out.items() if hasattr(v, "detach")}})
-                return out
-
-        return Recording
-
-    monkeypatch.setattr(grpo, "trainer_class", recording_class)
-    return records
-
-
-def _job(tmp_path: Path, model_dir: Path, mcp_config: dict[str, Any], write_samples: Any, **trl: Any) -> dict[str, Any]:
+def _job(tmp_path: Path, model_dir: Path, mcp_config: dict[str, Any], write_samples: Any,
+         rollout: dict[str, Any] | None = None, **trl: Any) -> dict[str, Any]:
     aworld = trl.pop("aworld", {})
     return {
         "name": "trl-test",
@@ -58,7 +35,7 @@ def _job(tmp_path: Path, model_dir: Path, mcp_config: dict[str, Any], write_samp
         "train_dataset": {"path": str(write_samples(tmp_path / "train.jsonl", 8))},
         "test_dataset": {"path": str(write_samples(tmp_path / "test.jsonl", 4, split="test"))},
         "reward": {"name": f"{REWARD_FILE}:seen_reward", "trajectory_aware": True},
-        "rollout": {"concurrency": 8, "episode_timeout_s": 60},
+        "rollout": {"concurrency": 8, "episode_timeout_s": 60, **(rollout or {})},
         "backends": {"trl": {
             "max_steps": 2, "per_device_train_batch_size": 8, "num_generations": 4, "learning_rate": 1e-4,
             "temperature": 0.7, "max_completion_length": 64, "beta": 0.0,
@@ -143,10 +120,12 @@ def test_failed_episodes_train_nothing_and_are_counted(tmp_path, tool_model_dir,
     from aworld_trl.trainer import train
 
     down, _ = get_agent_tool_env_and_servers(f"http://127.0.0.1:{_closed_port()}/mcp", "t", name="calculator")
-    job = _job(tmp_path, tool_model_dir, down, write_samples, aworld={"eval_before": False, "max_failed_steps": 2})
+    job = _job(tmp_path, tool_model_dir, down, write_samples, rollout={"max_failed_steps": 2},
+               aworld={"eval_before": False})
     with pytest.raises(AworldError, match="every episode failed in 2 consecutive") as caught:
         train(job, str(tmp_path / "run"))
     assert "MCPConnectionError" in str(caught.value)
+    assert "raise rollout.max_failed_steps" in str(caught.value)  # the setting, where it lives
 
     assert len(recorded) == 1  # step 2's rollout raised, after the second all-failed batch
     for batch in recorded:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from aworld_core.config import load_job_config
@@ -77,3 +79,84 @@ def test_torch_threads_auto_uses_the_free_cores(monkeypatch):
     assert options.torch_threads == "auto"
     with pytest.raises(ConfigError, match="torch_threads"):
         split_section({"aworld": {"torch_threads": 0}})
+
+
+def test_max_failed_steps_moved_to_the_job_rollout_section(tmp_path):
+    with pytest.raises(ConfigError, match=r"backends.trl.aworld.max_failed_steps moved to the job's "
+                                          r"rollout.max_failed_steps.*'rollout.max_failed_steps: 2'") as caught:
+        grpo_config(_job({"aworld": {"max_failed_steps": 2}}, tmp_path), tmp_path)
+    assert caught.value.problems[0][0] == "backends.trl.aworld.max_failed_steps"
+    job = load_job_config(data={"name": "t", "rollout": {"max_failed_steps": 2}})
+    assert job.rollout.max_failed_steps == 2  # the one setting
+
+
+# -- parameter sharding: refused at plan time and when the trainer is built ------------------------
+
+ZERO3 = {"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": "auto"}
+
+
+def _sharded_jobs(tmp_path):
+    """(description, backends.trl section) for every way the job itself asks for sharding."""
+    path = tmp_path / "ds_zero3.json"
+    path.write_text(json.dumps(ZERO3))
+    return [
+        ("deepspeed mapping", {"deepspeed": ZERO3}, "ZeRO stage 3"),
+        ("deepspeed file", {"deepspeed": str(path)}, "ds_zero3.json"),
+        ("fsdp", {"fsdp": "full_shard auto_wrap"}, "backends.trl.fsdp='full_shard auto_wrap'"),
+        ("fsdp flag", {"fsdp": True}, "backends.trl.fsdp=True"),
+    ]
+
+
+def test_zero3_and_fsdp_are_refused_when_the_trainer_is_built(tmp_path):
+    for _, section, needle in _sharded_jobs(tmp_path):
+        with pytest.raises(ConfigError) as caught:
+            grpo_config(_job(section, tmp_path), tmp_path)
+        message = str(caught.value)
+        assert needle in message and "verl or areal backend" in message, message
+        assert "stage to 2 or lower" in message or "Remove backends.trl.fsdp" in message
+    from aworld_trl.trainer import train
+
+    job = {"name": "t", "model": {"path": str(tmp_path / "model")}, "reward": {"name": "gsm8k"},
+           "train_dataset": {"path": str(tmp_path / "train.jsonl")}, "backends": {"trl": {"deepspeed": ZERO3}}}
+    with pytest.raises(ConfigError, match="ZeRO stage 3"):  # before any model or data is loaded
+        train(job, str(tmp_path / "run"))
+
+
+def test_zero3_and_fsdp_are_refused_at_plan_time(tmp_path):
+    from aworld_core.jobs import plan_job
+
+    for _, section, needle in _sharded_jobs(tmp_path):
+        job = load_job_config(data={"name": "t", "backend": "trl", "backends": {"trl": section},
+                                    "output_dir": str(tmp_path)})
+        with pytest.raises(ConfigError, match="shards the model's parameters") as caught:
+            plan_job("trl", job)
+        assert needle in str(caught.value)
+    plain = load_job_config(data={"name": "t", "backend": "trl", "output_dir": str(tmp_path),
+                                  "backends": {"trl": {"deepspeed": {"zero_optimization": {"stage": 2}}}}})
+    plan, _ = plan_job("trl", plain)  # ZeRO-2 keeps whole parameters on every rank: accepted
+    assert plan.entrypoint == "aworld_trl.trainer:train"
+
+
+def test_sharding_from_accelerate_launch_is_refused(tmp_path, monkeypatch):
+    from aworld_trl.options import refuse_sharded_training
+
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    with pytest.raises(ConfigError, match="ACCELERATE_DEEPSPEED_ZERO_STAGE.*Use zero_stage 2 or lower"):
+        grpo_config(_job({}, tmp_path), tmp_path)
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    refuse_sharded_training({})
+    config = tmp_path / "accelerate_ds.json"
+    config.write_text(json.dumps(ZERO3))
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(config))
+    with pytest.raises(ConfigError, match="accelerate_ds.json"):
+        refuse_sharded_training({})
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    with pytest.raises(ConfigError, match="ACCELERATE_USE_FSDP=true.*Launch without FSDP"):
+        grpo_config(_job({}, tmp_path), tmp_path)
+
+
+def test_an_unreadable_deepspeed_config_is_an_error_not_a_guess(tmp_path):
+    with pytest.raises(ConfigError, match="neither a DeepSpeed JSON file"):
+        grpo_config(_job({"deepspeed": str(tmp_path / "missing.json")}, tmp_path), tmp_path)

@@ -5,12 +5,20 @@ unchanged (a key ``GRPOConfig`` does not have is an error naming the closest one
 job knows fills what the section leaves out: the output directory, the seed, ``report_to``, and
 on a machine without a GPU ``use_cpu: true, bf16: false`` (TRL defaults to bf16, which a CPU
 refuses). ``aworld`` holds what is ours: evaluation, trajectories, plots, targets, the engine.
+
+Refused rather than ignored: settings only TRL's own generation reads, parameter sharding
+(DeepSpeed ZeRO-3, FSDP: the rollout decodes with the raw model), and keys that moved to the
+job (``aworld.max_failed_steps`` is ``rollout.max_failed_steps``).
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import difflib
+import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -34,6 +42,19 @@ _GENERATION_ONLY = {
 }
 
 
+# our options that became job-wide settings: refused where they were, naming where they are now
+MOVED = {"max_failed_steps": "rollout.max_failed_steps"}
+
+# what to do instead of sharding parameters (the rollout decodes with the raw model)
+_UNSHARDED = (
+    "the trl backend samples episodes with its own decode over the raw model in each process; with "
+    "sharded parameters that forward sees only this rank's shard, and ranks that run different numbers "
+    "of forwards (episodes differ in length) would hang in the gathers. Train without "
+    "parameter sharding (ZeRO stage 0-2, DDP or one device); for a model that needs sharding, use the "
+    "verl or areal backend, whose rollouts run on an inference engine with full weights"
+)
+
+
 class Targets(BaseModel):
     """What a run must reach; checked and printed at the end (a demo's promise, e.g. ``make demo``)."""
 
@@ -54,9 +75,6 @@ class TrlOptions(BaseModel):
     eval_concurrency: int | None = Field(default=None, ge=1, description="Default: rollout.concurrency.")
     trajectory_every: int = Field(
         default=1, ge=0, description="Write the episodes of every k-th step to trajectories.jsonl; 0: none."
-    )
-    max_failed_steps: int = Field(
-        default=3, ge=1, description="Stop after this many consecutive steps in which every episode failed."
     )
     plot: bool = Field(default=True, description="Write metrics.png (reward, tool-call rate, length).")
     print_every: int = Field(default=10, ge=0, description="Print a metrics line every k steps; 0: never.")
@@ -111,6 +129,13 @@ def split_section(section: dict[str, Any]) -> tuple[dict[str, Any], TrlOptions]:
             f"backends.trl.{SECTION} must be a mapping of options, got {raw!r}",
             [(f"backends.trl.{SECTION}", raw, "a mapping")],
         )
+    for key, where in MOVED.items():
+        if key in raw:
+            raise ConfigError(
+                f"backends.trl.{SECTION}.{key} moved to the job's {where} (one setting for every backend): "
+                f"set '{where}: {raw[key]}' and remove backends.trl.{SECTION}.{key}",
+                [(f"backends.trl.{SECTION}.{key}", raw[key], f"moved to {where}")],
+            )
     try:
         options = TrlOptions.model_validate(raw)
     except ValidationError as exc:
@@ -124,11 +149,117 @@ def split_section(section: dict[str, Any]) -> tuple[dict[str, Any], TrlOptions]:
     return section, options
 
 
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _deepspeed_config(value: Any, job: Any = None) -> tuple[dict[str, Any], str]:
+    """The DeepSpeed config ``value`` names, read as transformers reads it (a dict, a JSON file,
+    JSON text or base64 JSON), and where it came from; ``ConfigError`` when it cannot be read."""
+    if isinstance(value, dict):
+        return value, "backends.trl.deepspeed"
+    text = str(value)
+    candidates = [Path(text)]
+    if job is not None:
+        candidates.append(Path(job.resolve_path(text)))
+    for path in candidates:
+        if path.is_file():
+            try:
+                return json.loads(path.read_text(encoding="utf-8")), f"backends.trl.deepspeed file {str(path)!r}"
+            except (OSError, ValueError) as exc:
+                raise ConfigError(
+                    f"backends.trl.deepspeed names {str(path)!r}, which is not a DeepSpeed JSON config: {exc}",
+                    [("backends.trl.deepspeed", value, "a DeepSpeed JSON config")],
+                ) from None
+    for decode in (lambda t: t, lambda t: base64.urlsafe_b64decode(t).decode("utf-8")):
+        try:
+            config = json.loads(decode(text))
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(config, dict):
+            return config, "backends.trl.deepspeed"
+    raise ConfigError(
+        f"backends.trl.deepspeed={text!r} is neither a DeepSpeed JSON file, JSON text nor a mapping",
+        [("backends.trl.deepspeed", value, "a DeepSpeed config file or mapping")],
+    )
+
+
+def _zero_stage(config: dict[str, Any]) -> int | None:
+    stage = (config.get("zero_optimization") or {}).get("stage")
+    try:
+        return int(stage)
+    except (TypeError, ValueError):
+        return None
+
+
+def refuse_sharded_training(arguments: dict[str, Any], job: Any = None,
+                            environ: Mapping[str, str] | None = None) -> None:
+    """Refuse DeepSpeed ZeRO-3 and FSDP, from ``backends.trl`` (``deepspeed``, ``fsdp``) or from
+    accelerate's launch environment: the rollout decodes with the raw model in each process,
+    which sharded parameters break. ``ConfigError`` names the setting and what to do instead."""
+    env = os.environ if environ is None else environ
+    fsdp = arguments.get("fsdp")
+    if fsdp:
+        raise ConfigError(
+            f"backends.trl.fsdp={fsdp!r} turns on FSDP, which shards the model's parameters; {_UNSHARDED}. "
+            f"Remove backends.trl.fsdp (and fsdp_config)",
+            [("backends.trl.fsdp", fsdp, "unset: FSDP is not supported by the trl backend")],
+        )
+    if _truthy(env.get("ACCELERATE_USE_FSDP", "false")):
+        raise ConfigError(
+            f"accelerate is set up for FSDP (ACCELERATE_USE_FSDP=true: `accelerate launch --use_fsdp` or "
+            f"distributed_type: FSDP in the accelerate config), which shards the model's parameters; "
+            f"{_UNSHARDED}. Launch without FSDP",
+            [("ACCELERATE_USE_FSDP", env.get("ACCELERATE_USE_FSDP"), "unset or false")],
+        )
+    if arguments.get("deepspeed"):
+        config, where = _deepspeed_config(arguments["deepspeed"], job)
+        if _zero_stage(config) == 3:
+            raise ConfigError(
+                f"{where} sets DeepSpeed ZeRO stage 3 (zero_optimization.stage: 3), which shards the model's "
+                f"parameters; {_UNSHARDED}. Set zero_optimization.stage to 2 or lower",
+                [("backends.trl.deepspeed", arguments["deepspeed"], "zero_optimization.stage <= 2")],
+            )
+    elif _truthy(env.get("ACCELERATE_USE_DEEPSPEED", "false")):
+        file = env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
+        if file and file != "none":
+            config, _ = _deepspeed_config(file)
+            stage, where = _zero_stage(config), f"the accelerate DeepSpeed config file {file!r}"
+        else:
+            stage = int(env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2") or 2)
+            where = "ACCELERATE_DEEPSPEED_ZERO_STAGE (`accelerate launch --zero_stage` or the accelerate config)"
+        if stage == 3:
+            raise ConfigError(
+                f"accelerate is set up for DeepSpeed ZeRO stage 3 ({where}), which shards the model's "
+                f"parameters; {_UNSHARDED}. Use zero_stage 2 or lower",
+                [("ACCELERATE_DEEPSPEED_ZERO_STAGE", str(stage), "2 or lower")],
+            )
+
+
+def refuse_sharded_trainer(trainer: Any) -> None:
+    """The same refusal on a built trainer, whatever configured it (accelerate's state)."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        raise ConfigError(f"the TRL trainer was set up with FSDP; {_UNSHARDED}", [("fsdp", True, "off")])
+    plugin = getattr(getattr(getattr(trainer, "accelerator", None), "state", None), "deepspeed_plugin", None)
+    if getattr(trainer, "is_deepspeed_enabled", False) and getattr(plugin, "zero_stage", None) == 3:
+        raise ConfigError(f"the TRL trainer was set up with DeepSpeed ZeRO stage 3; {_UNSHARDED}",
+                          [("deepspeed.zero_optimization.stage", 3, "2 or lower")])
+
+
+def check_section(job: Any) -> TrlOptions:
+    """What can be checked of ``backends.trl`` without importing TRL (plan time): our options,
+    moved keys, and no parameter sharding."""
+    arguments, options = split_section(job.backend_section("trl"))
+    refuse_sharded_training(arguments, job)
+    return options
+
+
 def grpo_config(job: Any, output_dir: Path) -> tuple[Any, TrlOptions]:
     """The ``GRPOConfig`` for ``job`` and our options. Raises ``ConfigError`` on bad keys or values."""
     from trl import GRPOConfig
 
     arguments, options = split_section(job.backend_section("trl"))
+    refuse_sharded_training(arguments, job)
     known = {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
     unknown = sorted(set(arguments) - known)
     if unknown:

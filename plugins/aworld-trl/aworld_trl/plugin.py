@@ -31,6 +31,9 @@ def register_backends() -> list[BackendSpec]:
 def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
     if backend != NAME:
         return None
+    from aworld_trl.options import check_section
+
+    check_section(job)  # bad options, moved keys, ZeRO-3 / FSDP: refused before anything starts
     job_data = job.model_dump(mode="json")
     return LaunchPlan(
         backend=NAME,

@@ -3,12 +3,12 @@
 ``train(job, output_dir)`` is what the plan's entry point names; the core's launcher calls it
 in-process (after building the model directory and starting the job's tool environment). It
 
-1. loads the model and tokenizer at ``model.path``, the agent (``build_agents`` hook), the
-   datasets (core loaders) and the reward (core registry);
-2. wraps the model being trained in a ``HFTokenEngine`` + ``TokenLLM``, so rollouts sample from
-   the live policy (on-policy) and keep their exact tokens;
-3. evaluates greedily on the test set, trains with ``GRPOTrainer`` + our ``rollout_func``,
-   evaluates again;
+1. loads the model and tokenizer at ``model.path``, the agent (the worker kit's
+   ``build_agent``), the datasets (core loaders) and the reward (core registry);
+2. wraps the model being trained in a ``HFTokenEngine`` and the kit's ``build_token_llm``, so
+   rollouts sample from the live policy (on-policy) and keep their exact tokens;
+3. evaluates greedily on the test set, trains with ``GRPOTrainer`` + our ``rollout_func`` (the
+   kit's ``EpisodeRunner``, group policy and ``FailedSteps``), evaluates again;
 4. writes the checkpoint, ``metrics.jsonl``, ``metrics.png``, trajectories (JSONL) and
    ``summary.json``, and prints a summary line (and the targets, when the job sets them).
 """
@@ -27,12 +27,13 @@ from aworld_core.errors import UsageError
 from aworld_core.schemas import TrainResult
 
 
-def train(job: dict[str, Any], output_dir: str) -> TrainResult:
-    """Run the job's GRPO training on TRL; returns what it measured and wrote."""
-    from aworld_core.config import JobConfig
+def train(job: Any, output_dir: str) -> TrainResult:
+    """Run the job's GRPO training on TRL; returns what it measured and wrote.
 
-    config = job if isinstance(job, JobConfig) else JobConfig.model_validate(job)
-    return TrlRun(config, Path(output_dir)).run()
+    ``job``: a ``JobConfig``, a dict, JSON text or a config file (the kit's ``load_job``)."""
+    from aworld_core.worker import load_job
+
+    return TrlRun(load_job(job), Path(output_dir)).run()
 
 
 class TrlRun:
@@ -86,15 +87,6 @@ class TrlRun:
         test = load_dataset_section(self.job.test_dataset, self.job.base_dir) if self.job.test_dataset else None
         return train, test
 
-    def _agent(self) -> Any:
-        from aworld_core.plugins import get_plugin_manager
-        from aworld_core.settings import get_settings
-
-        agent = get_plugin_manager().hook.build_agents(job=self.job, settings=get_settings())
-        if agent is None:
-            raise UsageError("no agent: set 'agent' (fields or factory) in the job config")
-        return agent
-
     # -- the run --------------------------------------------------------------------------------
 
     def run(self) -> TrainResult:
@@ -107,11 +99,12 @@ class TrlRun:
 
         hf_logging.disable_progress_bar()  # weight loading/saving bars would interleave with ours
         from aworld_core.export import JsonlEpisodeWriter
+        from aworld_core.rewards.registry import RewardStats
         from aworld_core.runtime.loop_thread import LoopThread
         from aworld_core.tokens.hf_engine import HFTokenEngine
-        from aworld_core.tokens.llm import TokenLLM
+        from aworld_core.worker import EpisodeRunner, FailedSteps, build_agent, build_token_llm
         from aworld_trl.options import grpo_config
-        from aworld_trl.rollout import AworldRollout, EpisodeRunner, trl_sampling
+        from aworld_trl.rollout import AworldRollout, trl_sampling
 
         self._check_job()
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -126,7 +119,7 @@ class TrlRun:
             torch.set_num_threads(threads)
             self.metrics["torch_threads"] = threads
         train_samples, test_samples = self._samples()
-        agent = self._agent()
+        agent = build_agent(self.job)
         model, tokenizer = self._load_model()
         model.to(args.device)  # where TRL will train it, so evaluation before training runs there too
         concurrency = self.job.rollout.concurrency
@@ -137,13 +130,11 @@ class TrlRun:
             batch_window_s=options.engine_batch_window_s,
             max_batch_size=options.engine_max_batch_size or concurrency,
         )
-        template = self.job.resolve_path(self.job.model.chat_template) if self.job.model.chat_template else None
-        llm = TokenLLM(engine, tokenizer, chat_template=template, tool_parser=self.job.model.tool_parser,
-                       max_response_tokens=args.max_completion_length)
-        max_turns = self.job.rollout.max_turns if "max_turns" in self.job.rollout.model_fields_set else None
-        runner = EpisodeRunner(agent, llm, reward=self.job.reward, base_dir=self.job.base_dir,
-                               concurrency=concurrency, timeout=self.job.rollout.episode_timeout_s,
-                               max_steps=max_turns)
+        llm = build_token_llm(engine, tokenizer, self.job, max_response_tokens=args.max_completion_length)
+        # reward, timeout, max_turns (when set), concurrency and the group policy: from the job
+        runner = EpisodeRunner.from_job(self.job, llm, agent=agent)
+        evaluator = EpisodeRunner.from_job(self.job, llm, agent=agent, stats=RewardStats(),
+                                           concurrency=options.eval_concurrency or concurrency)
         placeholder = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.pad_token_id
         writer = None
         if options.trajectory_every:
@@ -151,15 +142,16 @@ class TrlRun:
             self.artifacts["trajectories"] = str(writer.path)
         loop = LoopThread("aworld-trl-rollout")
         try:
-            before = self._evaluate(runner, loop, test_samples, "before", model) if options.eval_before else None
+            before = self._evaluate(evaluator, loop, test_samples, "before", model) if options.eval_before else None
             rollout = AworldRollout(
                 runner, train_samples, loop=loop, engine=engine, placeholder_id=placeholder,
                 sampling=trl_sampling(args), writer=writer, trajectory_every=options.trajectory_every,
-                max_failed_steps=options.max_failed_steps, torch_threads=options.rollout_torch_threads,
+                failed_steps=FailedSteps(self.job.rollout.max_failed_steps, setting="rollout.max_failed_steps"),
+                torch_threads=options.rollout_torch_threads,
             )
             trainer, progress = self._trainer(model, tokenizer, args, rollout)
             trainer.train()
-            after = self._evaluate(runner, loop, test_samples, "after", model) if options.eval_after else None
+            after = self._evaluate(evaluator, loop, test_samples, "after", model) if options.eval_after else None
         finally:
             loop.close()
             if writer is not None:
@@ -178,6 +170,7 @@ class TrlRun:
         from transformers import PrinterCallback, ProgressCallback
 
         from aworld_trl.grpo import trainer_class
+        from aworld_trl.options import refuse_sharded_trainer
         from aworld_trl.progress import callback_class
         from aworld_trl.rollout import make_reward_func
 
@@ -195,6 +188,7 @@ class TrlRun:
             rollout_func=rollout,
             callbacks=[progress],
         )
+        refuse_sharded_trainer(trainer)  # whatever set accelerate up (an accelerate config, env)
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)
         return trainer, progress
@@ -206,8 +200,7 @@ class TrlRun:
             return None
         path = self.output_dir / f"eval_{when}.jsonl"
         print(f"evaluating {len(samples)} held-out tasks {when} training (greedy, full tool loop)...", flush=True)
-        report = evaluate_greedy(runner, loop, samples, tag=f"eval-{when}", output=path, model=model,
-                                 concurrency=self.options.eval_concurrency)
+        report = evaluate_greedy(runner, loop, samples, tag=f"eval-{when}", output=path, model=model)
         self.artifacts[f"eval_{when}"] = str(path)
         self.metrics[f"eval_{when}/accuracy"] = report.accuracy
         self.metrics[f"eval_{when}/tool_use_rate"] = tool_use_rate(report.episodes)
