@@ -98,8 +98,9 @@ def run_aworld(model_dir: Path, samples: list[Any], args: Any, concurrency: int)
     from aworld_core.runtime.loop_thread import LoopThread
     from aworld_core.tokens.hf_engine import HFTokenEngine
     from aworld_core.tokens.llm import TokenLLM, load_tokenizer
+    from aworld_core.worker import EpisodeRunner
     from aworld_trl.grpo import trainer_class
-    from aworld_trl.rollout import AworldRollout, EpisodeRunner, make_reward_func, trl_sampling
+    from aworld_trl.rollout import AworldRollout, make_reward_func, trl_sampling
 
     tokenizer = load_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
