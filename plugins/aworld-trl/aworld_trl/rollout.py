@@ -25,6 +25,7 @@ from typing import Any
 
 from aworld_core.errors import AworldError, UsageError
 from aworld_core.schemas import Sample, SamplingParams
+from aworld_core.worker import step_metrics
 
 SAMPLE_ID = "aworld_sample_id"  # the dataset column that names each row's Sample
 REWARD_FIELD = "aworld_reward"  # the extra field carrying the core's reward to TRL's reward function
@@ -168,8 +169,6 @@ class AworldRollout:
                 model.train()
         elapsed = time.perf_counter() - started
         episodes = [e for g in groups for e in g.episodes]
-        from aworld_core.worker import step_metrics
-
         _log_metrics(trainer, {**step_metrics(episodes), "aworld/rollout_s": elapsed})
         if self.writer is not None and self.trajectory_every and step % self.trajectory_every == 0:
             for episode in episodes:
