@@ -16,8 +16,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from aworld_core.agents.agent import AgentConfig
 from aworld_core.errors import ConfigError
 
 
@@ -41,29 +51,41 @@ class ModelSection(_Section):
     )
 
 
-class AgentSection(_Section):
-    """The agent: either an importable factory, or the fields of one ``Agent``."""
+class AgentSection(AgentConfig):
+    """The agent: either an importable factory, or one ``Agent``: its own fields below and its
+    LLM, sampling and limit fields inherited from ``AgentConfig`` (defined only there)."""
 
-    factory: str | None = Field(
-        default=None,
-        description="'module:function' returning an Agent or Swarm; called in every worker.",
-    )
     name: str = "agent"
     desc: str = ""
     system_prompt: str | None = None
-    llm_provider: str = "openai"
-    llm_base_url: str | None = None
-    llm_model_name: str | None = None
-    llm_api_key: str | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    max_tokens: int | None = None
-    max_steps: int = Field(default=10, ge=1)
     mcp_config: dict[str, Any] | None = None
     mcp_servers: list[str] | None = None
     tools: list[str] = Field(default_factory=list, description="Import refs of Python tool functions.")
     options: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for factory.")
+    factory: str | None = Field(  # last, so its check sees every other field
+        default=None,
+        description="'module:function' returning an Agent or Swarm; called in every worker.",
+    )
+
+    @field_validator("factory")
+    @classmethod
+    def _factory_alone(cls, factory: str | None, info: ValidationInfo) -> str | None:
+        """A factory builds its own Agent: other fields set beside it would be silently ignored."""
+        if factory:
+            ignored = [
+                f"agent.{name}"
+                for name, value in info.data.items()
+                if name != "options" and value != cls.model_fields[name].get_default(call_default_factory=True)
+            ]
+            if ignored:
+                raise PydanticCustomError(
+                    "factory_with_fields",
+                    "no other agent fields beside a factory: {ignored} would be ignored, since the "
+                    "factory's Agent carries its own; set them in the factory (or pass them as "
+                    "agent.options), or remove agent.factory",
+                    {"ignored": ", ".join(ignored)},
+                )
+        return factory
 
 
 class DatasetSection(_Section):
@@ -116,6 +138,15 @@ class RolloutSection(_Section):
     max_turns: int = Field(default=8, ge=1)
     episode_timeout_s: float = Field(default=600.0, gt=0)
     concurrency: int = Field(default=8, ge=1)
+    failed_episodes: Literal["drop_group", "keep_group_neutral"] = Field(
+        default="keep_group_neutral",
+        description="What a failed member does to its GRPO group (docs/writing-a-plugin.md, the group "
+        "policy): keep_group_neutral trains the others with the group baseline taken from them; "
+        "drop_group trains no member of a group that has a failed one.",
+    )
+    max_failed_steps: int = Field(
+        default=3, ge=1, description="Stop after this many consecutive steps in which every episode failed."
+    )
 
 
 class LoggingSection(_Section):

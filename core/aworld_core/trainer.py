@@ -9,8 +9,10 @@ Every input is validated before anything launches. Backends run episodes in othe
 references and serialized config**, never as objects or generated code:
 
 * an ``Agent`` whose tools are module-level functions is serialized into the job's ``agent``
-  section (its fields, tools as ``module:function``); a ``Swarm`` (or any agent that cannot be
-  serialized) is passed as an importable factory, ``agent="my_pkg.agents:make_swarm"``;
+  section (every ``AgentConfig`` field, tools as ``module:function``), which replaces the
+  config's: a field the config's ``agent`` section also sets must agree (``options`` is kept);
+  a ``Swarm`` (or any agent that cannot be serialized) is passed as an importable factory,
+  ``agent="my_pkg.agents:make_swarm"``;
 * a reward function becomes ``module:function`` (a function defined in the script you run
   becomes ``/path/to/script.py:function``: keep the script's training call under
   ``if __name__ == "__main__":`` so workers can import it);
@@ -35,7 +37,7 @@ from aworld_core.config import (
     load_job_config,
     resolve_job_paths,
 )
-from aworld_core.errors import UsageError
+from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import Sample
 
 
@@ -60,8 +62,9 @@ def callable_ref(func: Callable[..., Any], what: str) -> str:
 
 
 def agent_section(agent: Any) -> dict[str, Any]:
-    """An ``Agent``'s fields as the job config's ``agent`` section (tools as import references)."""
-    from aworld_core.agents.agent import Agent
+    """An ``Agent`` as the job config's ``agent`` section: every ``AgentConfig`` field, its name,
+    prompt and MCP servers, and its tools as import references."""
+    from aworld_core.agents.agent import Agent, AgentConfig
 
     if isinstance(agent, str):
         return {"factory": agent}
@@ -71,27 +74,52 @@ def agent_section(agent: Any) -> dict[str, Any]:
             f"pass an importable factory instead: agent='my_package.my_module:make_agent' (a function "
             f"returning the Agent or Swarm)"
         )
-    conf = agent.conf
-    section: dict[str, Any] = {
+    extra = sorted(set(type(agent.conf).model_fields) - set(AgentConfig.model_fields))
+    if extra:
+        raise UsageError(
+            f"agent '{agent.name}' has a {type(agent.conf).__name__} conf with fields {extra} that the job's "
+            f"agent section cannot carry; pass an importable factory instead: agent='my_package.my_module:"
+            f"make_agent' (a function returning the Agent)"
+        )
+    return {
         "name": agent.name,
         "desc": agent.desc or "",
         "system_prompt": agent.system_prompt,
-        "llm_provider": conf.llm_provider,
-        "llm_base_url": conf.llm_base_url,
-        "llm_model_name": conf.llm_model_name,
-        "llm_api_key": conf.llm_api_key,
-        "temperature": conf.temperature,
-        "top_p": conf.top_p,
-        "top_k": conf.top_k,
-        "max_tokens": conf.max_tokens,
-        "max_steps": conf.max_steps,
+        **agent.conf.model_dump(mode="json"),
         "mcp_config": (
             agent.mcp_config.model_dump(mode="json", by_alias=True, exclude_none=True) if agent.mcp_config else None
         ),
         "mcp_servers": list(agent.mcp_servers) if agent.mcp_servers else None,
         "tools": [callable_ref(tool.fn, "tool") for tool in agent.tools],
     }
-    return section
+
+
+def _merge_agent_section(section: dict[str, Any], configured: dict[str, Any]) -> dict[str, Any]:
+    """``section`` (from ``agent=``) with the config's ``agent.options``; any other field the config
+    sets must agree with it, since the config's section is otherwise replaced."""
+    given = load_job_config(data={"agent": configured}).agent
+    ours = load_job_config(data={"agent": section}).agent  # ConfigError if the Agent's conf was mutated badly
+
+    def shown(name: str, value: Any) -> Any:
+        return "***" if name == "llm_api_key" and value else value
+
+    conflicts = [
+        (
+            f"agent.{name}",
+            shown(name, getattr(given, name)),
+            f"{shown(name, getattr(ours, name))!r} (as agent= has it) or unset",
+        )
+        for name in sorted(given.model_fields_set - {"options"})
+        if getattr(given, name) != getattr(ours, name)
+    ]
+    if conflicts:
+        lines = "\n".join(f"  {loc}: got {value!r}; expected {expected}" for loc, value, expected in conflicts)
+        raise ConfigError(
+            "the config's agent section disagrees with agent=, which replaces it: set these on the Agent "
+            f"(or its AgentConfig) and remove them from the config:\n{lines}",
+            conflicts,
+        )
+    return {**section, **({"options": configured["options"]} if "options" in configured else {})}
 
 
 def _dataset_section(data: Any, role: str, output_dir: Path) -> dict[str, Any] | None:
@@ -159,10 +187,9 @@ class AgentTrainer:
         test_dataset: Any = None,
     ):
         base = self._base_config(config)
-        output_dir = Path(JobConfig.model_validate(base).resolved_output_dir())
+        output_dir = Path(load_job_config(data=base).resolved_output_dir())  # ConfigError naming bad fields
         if agent is not None:
-            base["agent"] = {**agent_section(agent), **{k: v for k, v in base.get("agent", {}).items()
-                                                      if k in ("options",)}}
+            base["agent"] = _merge_agent_section(agent_section(agent), base.get("agent") or {})
         for role, data in (("train", train_dataset), ("test", test_dataset)):
             section = _dataset_section(data, role, output_dir)
             if section is not None:

@@ -12,9 +12,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
-from aworld_core.errors import UsageError
+from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import SamplingParams
 from aworld_core.tools.mcp_config import MCPConfig, MCPServerConfig, parse_mcp_config, select_servers
 from aworld_core.tools.python_tools import PythonTool, as_python_tool
@@ -23,25 +23,32 @@ from aworld_core.tools.python_tools import PythonTool, as_python_tool
 class AgentConfig(BaseModel):
     """How an agent reaches its LLM, how it samples, and its limits.
 
-    The ``llm_*`` fields fall back to the ``LLM_BASE_URL`` / ``LLM_MODEL_NAME`` /
-    ``LLM_API_KEY`` settings when unset. A trained agent ignores them during training: it talks
-    to the LLM client the backend passes in.
+    The one definition of these fields: the job config's ``agent`` section extends this class
+    (``aworld_core.config.AgentSection``), ``AgentTrainer`` serializes all of them and
+    ``agent_from_job`` rebuilds them in workers. The ``llm_*`` fields fall back to the
+    ``LLM_BASE_URL`` / ``LLM_MODEL_NAME`` / ``LLM_API_KEY`` settings when unset. A trained agent
+    ignores them during training: it talks to the LLM client the backend passes in.
     """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     llm_provider: Literal["openai"] = Field(
-        default="openai", description="Only OpenAI-compatible endpoints (vLLM, SGLang, hosted APIs)."
+        default="openai", description="only OpenAI-compatible endpoints: vLLM, SGLang, hosted APIs."
     )
-    llm_base_url: str | None = None
-    llm_model_name: str | None = None
-    llm_api_key: str | None = Field(default=None, repr=False)
+    llm_base_url: str | None = Field(
+        default=None, description="e.g. http://127.0.0.1:8000/v1; default: LLM_BASE_URL."
+    )
+    llm_model_name: str | None = Field(default=None, description="Default: LLM_MODEL_NAME.")
+    llm_api_key: str | None = Field(default=None, repr=False, description="Default: LLM_API_KEY.")
     temperature: float | None = Field(
-        default=None, ge=0, validation_alias=AliasChoices("temperature", "llm_temperature")
-    )  # upstream AWorld spells it llm_temperature
+        default=None,
+        ge=0,
+        validation_alias=AliasChoices("temperature", "llm_temperature"),  # upstream AWorld's spelling
+        description="Sampling temperature (also accepted as llm_temperature); None: the server's.",
+    )
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_k: int | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, description="Tokens per LLM reply.")
     max_steps: int = Field(default=10, ge=1, description="LLM calls per episode before it is cut.")
     llm_timeout_s: float = Field(default=120.0, gt=0, description="One LLM request.")
     llm_retries: int = Field(default=3, ge=0, description="Retries on connection errors, 5xx, 429.")
@@ -49,10 +56,40 @@ class AgentConfig(BaseModel):
     episode_timeout_s: float | None = Field(default=None, gt=0, description="Whole episode; None: none.")
     mcp_connect_retries: int = Field(default=2, ge=0, description="Retries to reach MCP servers at start.")
 
+    @classmethod
+    def parse(cls, data: dict[str, Any], where: str = "conf", agent: str | None = None) -> AgentConfig:
+        """``data`` validated, or a ``ConfigError`` naming each bad field as ``<where>.<field>``."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = [
+                (
+                    ".".join([where, *(str(part) for part in error["loc"])]),
+                    "***" if error["loc"][:1] == ("llm_api_key",) else error.get("input"),
+                    _expected(cls, error),
+                )
+                for error in exc.errors()
+            ]
+            lines = [f"  {field}: got {value!r}; expected {expected}" for field, value, expected in problems]
+            header = f"invalid AgentConfig for agent '{agent}'" if agent else "invalid AgentConfig"
+            raise ConfigError(f"{header}:\n" + "\n".join(lines), problems) from None
+
     def sampling(self) -> SamplingParams:
         return SamplingParams(
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, max_tokens=self.max_tokens
         )
+
+
+def _expected(model: type[BaseModel], error: Any) -> str:
+    """What a field accepts, for an error line: the allowed values, the field list, or pydantic's rule."""
+    kind, ctx = error.get("type", ""), error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return f"no such field; the fields are {', '.join(model.model_fields)}"
+    if kind == "literal_error" and "expected" in ctx:
+        info = model.model_fields.get(str(error["loc"][0])) if error["loc"] else None
+        note = f" ({info.description.rstrip('.')})" if info is not None and info.description else ""
+        return f"one of {ctx['expected']}{note}"
+    return str(error.get("msg", "a valid value"))
 
 
 class Agent:
@@ -86,9 +123,12 @@ class Agent:
         if conf is None:
             conf = AgentConfig()
         elif isinstance(conf, dict):
-            conf = AgentConfig(**conf)
+            conf = AgentConfig.parse(conf, agent=name)
         elif not isinstance(conf, AgentConfig):
-            raise UsageError(f"agent '{name}': conf must be an AgentConfig, got {type(conf).__name__}")
+            raise UsageError(
+                f"agent '{name}': conf must be an AgentConfig or a dict of its fields, "
+                f"got {type(conf).__name__}"
+            )
         self.name = name
         self.desc = desc or ""
         self.system_prompt = system_prompt

@@ -43,17 +43,10 @@ def agent_from_job(job: Any, settings: Any = None) -> Agent | Swarm:
             settings.mcp_server_url, settings.mcp_server_token, settings.mcp_servers
         )
         mcp_servers = mcp_servers or names
-    conf = AgentConfig(
-        llm_provider=section.llm_provider,
-        llm_base_url=section.llm_base_url or getattr(settings, "llm_base_url", None),
-        llm_model_name=section.llm_model_name or getattr(settings, "llm_model_name", None),
-        llm_api_key=section.llm_api_key or getattr(settings, "llm_api_key", None),
-        temperature=section.temperature,
-        top_p=section.top_p,
-        top_k=section.top_k,
-        max_tokens=section.max_tokens,
-        max_steps=section.max_steps,
-    )
+    values = {name: getattr(section, name) for name in AgentConfig.model_fields}  # every AgentConfig field
+    for name in ("llm_base_url", "llm_model_name", "llm_api_key"):
+        values[name] = values[name] or getattr(settings, name, None)
+    conf = AgentConfig.parse(values, where="agent")
     return Agent(
         name=section.name,
         desc=section.desc,
