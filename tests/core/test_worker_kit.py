@@ -252,6 +252,18 @@ def test_from_job_caps_steps_only_when_the_job_sets_max_turns() -> None:
     assert EpisodeRunner.from_job(capped, agent=agent(), manager=pm).max_steps == 2
 
 
+def test_from_job_episode_timeout_rollout_then_agent_then_default() -> None:
+    from aworld_core.config import load_job_config
+
+    pm = PluginManager(load_entry_points=False)
+    patient = Agent("a", conf=AgentConfig(episode_timeout_s=30, llm_base_url="http://127.0.0.1:9/v1"))
+    plain = load_job_config(data={"name": "t"})
+    assert EpisodeRunner.from_job(plain, agent=patient, manager=pm).timeout is None  # the agent's 30 s applies
+    assert EpisodeRunner.from_job(plain, agent=agent(), manager=pm).timeout == 600.0  # the rollout default
+    set_ = load_job_config(data={"name": "t", "rollout": {"episode_timeout_s": 5}})
+    assert EpisodeRunner.from_job(set_, agent=patient, manager=pm).timeout == 5.0
+
+
 def test_failed_steps_stop_with_the_first_error() -> None:
     failed = Episode(id="e", task_id="t", agent_id="a")
     failed.finish(EpisodeStatus.FAILED, "MCPConnectionError: refused")

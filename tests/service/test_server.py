@@ -164,6 +164,14 @@ async def test_task_overrides_reach_the_llm(llm_stub: Any, serve: Any, tmp_path:
     assert plain["json"]["model"] == "stub-model" and plain["headers"]["Authorization"] == "Bearer test-key"
 
 
+async def test_a_bad_override_fails_the_task_naming_the_field(serve: Any, tmp_path: Path) -> None:
+    async with serve(config(tmp_path)) as (host, _), AworldTaskClient(know_hosts=[host]) as client:
+        await client.submit_task(AworldTask(task_id="bad", agent_id="calc", agent_input="x", llm_provider="anthropic"))
+        state = await client.wait("bad", timeout=30)
+    assert state.status is TaskStatus.FAILED
+    assert "task.llm_provider: got 'anthropic'; expected one of 'openai'" in (state.error or "")
+
+
 async def test_bad_payloads_get_422_naming_the_field(serve: Any, tmp_path: Path) -> None:
     async with serve(config(tmp_path)) as (host, _):
         url = f"http://{host}/v1/tasks"

@@ -164,7 +164,7 @@ def agent_for_task(agent: Any, task: AworldTask) -> Any:
         for field in ("temperature", "top_p", "top_k", "max_tokens"):
             if getattr(task.sampling, field) is not None:
                 conf[field] = getattr(task.sampling, field)
-    new_conf = type(agent.conf).model_validate({**agent.conf.model_dump(), **conf})
+    new_conf = type(agent.conf).parse({**agent.conf.model_dump(), **conf}, where="task", agent=agent.name)
     return Agent(
         agent.name,
         desc=agent.desc,

@@ -173,20 +173,29 @@ class EpisodeRunner:
 
         ``rollout.max_turns`` caps the agents' steps only when the job sets it; otherwise each
         agent keeps its own ``max_steps`` (its default must not override ``agent.max_steps``).
+        Likewise the episode timeout is ``rollout.episode_timeout_s`` when the job sets it, else
+        the (lead) agent's ``episode_timeout_s`` when that is set, else the rollout default.
         """
+        from aworld_core.agents import Swarm
         from aworld_core.worker.build import build_agent
 
+        agent = agent if agent is not None else build_agent(job)
+        lead = agent.lead if isinstance(agent, Swarm) else agent
         rollout = job.rollout
+        timeout: float | None = rollout.episode_timeout_s
+        own = getattr(getattr(lead, "conf", None), "episode_timeout_s", None)
+        if "episode_timeout_s" not in rollout.model_fields_set and own is not None:
+            timeout = None  # the runtime applies the agent's own
         options: dict[str, Any] = {
             "reward": job.reward,
             "base_dir": job.base_dir,
             "policy": GroupPolicy.from_job(job),
-            "timeout": rollout.episode_timeout_s,
+            "timeout": timeout,
             "max_steps": rollout.max_turns if "max_turns" in rollout.model_fields_set else None,
             "concurrency": job.rollout.concurrency,
         }
         options.update(kwargs)
-        return cls(agent if agent is not None else build_agent(job), llm, **options)
+        return cls(agent, llm, **options)
 
     def _semaphore(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
