@@ -330,3 +330,49 @@ async def test_abort_retries_are_bounded(tok) -> None:
     episode = await runner.run(sample())
     assert episode.status is EpisodeStatus.FAILED and "aborted the generation" in episode.error
     assert len(engine.calls) == 3
+
+
+async def test_abort_before_any_token_with_no_logprobs_is_resumed(tok) -> None:
+    """vLLM (through verl) answers a request aborted before its first token with no tokens and
+    ``log_probs=None``: nothing was sampled, so there is nothing to lose, and the resume must keep
+    the logprobs of what is sampled next."""
+    full = ids(tok, ANSWER)
+    engine = ScriptedTokenEngine([TokenOutput([], None, ABORT, 7), TokenOutput(full, [-0.3] * len(full), None, 8)])
+    llm = TokenLLM(engine, tok, chat_template=load_template("qwen2_5"))
+    runner = EpisodeRunner(agent(), llm, reward="gsm8k", manager=PluginManager(load_entry_points=False))
+    episode = await runner.run(sample())
+    assert episode.status is EpisodeStatus.SUCCESS, episode.error
+    assert episode.training.response_ids == full
+    assert episode.training.response_logprobs == pytest.approx([-0.3] * len(full))
+    first, second = engine.calls
+    assert second.prompt_ids == first.prompt_ids
+
+
+def test_failed_steps_from_counts() -> None:
+    steps = FailedSteps(2, setting="trainer.x")
+    steps.record(0, "episode e: MCPConnectionError: refused")
+    steps.record(3, lambda: "unused")  # a step that trained resets the count
+    steps.record(0, lambda: "episode e: timeout")
+    with pytest.raises(AworldError, match="2 consecutive.*episode e: timeout.*raise trainer.x"):
+        steps.record(0, lambda: "episode e: timeout")
+
+
+def test_group_policy_without_rewards_of_its_own() -> None:
+    """A framework that scores members later (verl's reward manager) decides the group on status
+    and tokens alone."""
+    from aworld_core.worker import apply_group_policy
+
+    def member(i: int, status: EpisodeStatus) -> Episode:
+        e = Episode(id=f"e{i}", task_id="t", agent_id="a")
+        e.training = TrainingView(prompt_ids=[1], response_ids=[2], response_mask=[1], response_logprobs=[-0.1],
+                                  response_versions=[0])
+        e.finish(status)
+        return e
+
+    ok = apply_group_policy("g", sample(), [member(0, EpisodeStatus.SUCCESS), member(1, EpisodeStatus.SUCCESS)],
+                            GroupPolicy(), needs_reward=False)
+    assert ok.dropped is None and ok.trained() == [True, True]
+    assert apply_group_policy("g", sample(), [member(2, EpisodeStatus.SUCCESS)], GroupPolicy()).dropped  # no reward
+    mixed = apply_group_policy("g", sample(), [member(3, EpisodeStatus.SUCCESS), member(4, EpisodeStatus.FAILED)],
+                               GroupPolicy("drop_group"), needs_reward=False)
+    assert mixed.dropped and mixed.trained() == [False, False]

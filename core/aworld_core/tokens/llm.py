@@ -294,7 +294,7 @@ class TokenLLM:
         tokens it already sampled, as verl's and AReaL's own loops do: the resumed request's prompt
         is the prompt plus those tokens, and the result keeps each token's logprob and version."""
         out = await self._generate_once(prompt_ids, sampling, request_id)
-        ids, logprobs, versions = list(out.token_ids), out.logprobs, out.versions()
+        ids, logprobs, versions = list(out.token_ids), _partial_logprobs(out), out.versions()
         attempt = 0
         while out.stop_reason == ABORT:
             attempt += 1
@@ -313,7 +313,8 @@ class TokenLLM:
             ids += out.token_ids
             versions += out.versions()
             if logprobs is not None:
-                logprobs = None if out.logprobs is None else [*logprobs, *out.logprobs]
+                more = _partial_logprobs(out)
+                logprobs = None if more is None else [*logprobs, *more]
         if attempt:
             out = TokenOutput(ids, logprobs, out.stop_reason, versions)
         if out.logprobs is None and self.require_logprobs:
@@ -402,6 +403,14 @@ class TokenLLM:
 
 def _logprobs(out: TokenOutput) -> list[float]:
     return [float(x) for x in out.logprobs] if out.logprobs is not None else [0.0] * len(out.token_ids)
+
+
+def _partial_logprobs(out: TokenOutput) -> list[float] | None:
+    """The logprobs of one part of a resumed generation: an aborted request that sampled nothing
+    has none to report (vLLM sends ``None`` then), which is an empty list, not "unknown"."""
+    if out.logprobs is None and not out.token_ids:
+        return []
+    return out.logprobs
 
 
 def _id_prefix(session_id: str, turn: int) -> str:

@@ -44,6 +44,8 @@ class EpisodeGroup:
     """The members of one GRPO group (one prompt, ``n`` episodes), after the group policy.
 
     ``dropped`` says why no member trains (``None``: the members that ran train).
+    ``needs_reward`` false: members train without a reward of their own (the framework scores
+    them later, e.g. verl's reward manager).
     """
 
     group_id: str
@@ -51,13 +53,14 @@ class EpisodeGroup:
     episodes: list[Episode]
     dropped: str | None = None
     policy: GroupPolicy = field(default_factory=GroupPolicy)
+    needs_reward: bool = True
 
     def __len__(self) -> int:
         return len(self.episodes)
 
     def trained(self) -> list[bool]:
         """Per member: does it train a token."""
-        return [untrainable_reason(e) is None for e in self.episodes]
+        return [untrainable_reason(e, needs_reward=self.needs_reward) is None for e in self.episodes]
 
     @property
     def failed(self) -> int:
@@ -107,10 +110,13 @@ async def notify_episode_end(episode: Episode, manager: Any = None) -> list[str]
     return errors
 
 
-def apply_group_policy(group_id: str, sample: Sample, episodes: list[Episode], policy: GroupPolicy) -> EpisodeGroup:
+def apply_group_policy(
+    group_id: str, sample: Sample, episodes: list[Episode], policy: GroupPolicy, *, needs_reward: bool = True
+) -> EpisodeGroup:
     """Decide what the group trains under ``policy``; records ``group_id`` / ``group_dropped`` on
-    each member's metadata."""
-    reasons = [untrainable_reason(e) for e in episodes]
+    each member's metadata. ``needs_reward`` false: a member without a reward still trains (the
+    framework scores it later)."""
+    reasons = [untrainable_reason(e, needs_reward=needs_reward) for e in episodes]
     failed = [r for r in reasons if r is not None]
     dropped: str | None = None
     if episodes and len(failed) == len(episodes):
@@ -122,7 +128,7 @@ def apply_group_policy(group_id: str, sample: Sample, episodes: list[Episode], p
         episode.metadata.setdefault("group_index", index)
         if dropped is not None:
             episode.metadata[GROUP_DROPPED] = dropped
-    return EpisodeGroup(group_id, sample, episodes, dropped, policy)
+    return EpisodeGroup(group_id, sample, episodes, dropped, policy, needs_reward)
 
 
 class EpisodeRunner:

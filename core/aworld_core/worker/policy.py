@@ -20,7 +20,7 @@ trainable, the run stops with the first error (:class:`FailedSteps`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -108,14 +108,22 @@ class FailedSteps:
         self.consecutive = 0
 
     def step(self, episodes: Sequence[Episode], *, needs_reward: bool = True) -> None:
-        if any(is_trainable(e, needs_reward=needs_reward) for e in episodes):
+        trained = sum(1 for e in episodes if is_trainable(e, needs_reward=needs_reward))
+        self.record(trained, lambda: first_error(episodes))
+
+    def record(self, trained: int, error: str | Callable[[], str]) -> None:
+        """``step`` for a backend that sees a step's counts but not its episodes (verl's trainer
+        reads what its workers stored): ``trained`` episodes trained, ``error`` the first cause
+        (text, or a function giving it)."""
+        if trained:
             self.consecutive = 0
             return
         self.consecutive += 1
         if self.consecutive >= self.limit:
+            cause = error() if callable(error) else error
             raise AworldError(
                 f"every episode failed in {self.consecutive} consecutive training steps, so nothing can be "
-                f"learned; first error: {first_error(episodes)}. Fix the cause (is the tool environment "
+                f"learned; first error: {cause}. Fix the cause (is the tool environment "
                 f"running?), or raise {self.setting}"
             )
 
