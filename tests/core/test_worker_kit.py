@@ -372,6 +372,8 @@ def test_group_policy_without_rewards_of_its_own() -> None:
     ok = apply_group_policy("g", sample(), [member(0, EpisodeStatus.SUCCESS), member(1, EpisodeStatus.SUCCESS)],
                             GroupPolicy(), needs_reward=False)
     assert ok.dropped is None and ok.trained() == [True, True]
+    assert step_metrics(ok.episodes, needs_reward=False)["aworld/trained_rate"] == 1.0
+    assert step_metrics(ok.episodes)["aworld/untrained/no_reward"] == 2.0
     assert apply_group_policy("g", sample(), [member(2, EpisodeStatus.SUCCESS)], GroupPolicy()).dropped  # no reward
     mixed = apply_group_policy("g", sample(), [member(3, EpisodeStatus.SUCCESS), member(4, EpisodeStatus.FAILED)],
                                GroupPolicy("drop_group"), needs_reward=False)

@@ -128,19 +128,21 @@ class FailedSteps:
             )
 
 
-def step_metrics(episodes: Sequence[Episode], prefix: str = "aworld/") -> dict[str, float]:
-    """Per-step episode counts and rates every backend logs (failures by reason included)."""
+def step_metrics(episodes: Sequence[Episode], prefix: str = "aworld/", *, needs_reward: bool = True) -> dict[str, float]:
+    """Per-step episode counts and rates every backend logs (failures by reason included).
+    ``needs_reward`` false: an episode without a reward of its own counts as trained (the
+    framework scores it later)."""
     n = len(episodes) or 1
     reasons: dict[str, int] = {}
     for episode in episodes:
-        reason = untrainable_reason(episode)
+        reason = untrainable_reason(episode, needs_reward=needs_reward)
         if reason is not None:
             reasons[reason] = reasons.get(reason, 0) + 1
     failed = sum(1 for e in episodes if e.status is not EpisodeStatus.SUCCESS)
     reward_failed = sum(1 for e in episodes if e.status is EpisodeStatus.SUCCESS and e.reward_errors)
     with_calls = sum(1 for e in episodes if any(s.exp_data.actions for s in e.steps))
     results = [r for e in episodes for s in e.steps for r in s.exp_data.state.action_result]
-    trained = [e for e in episodes if is_trainable(e)]
+    trained = [e for e in episodes if is_trainable(e, needs_reward=needs_reward)]
     sampled = [sum(e.training.response_mask) for e in trained if e.training is not None]
     out = {
         f"{prefix}episodes": float(len(episodes)),
