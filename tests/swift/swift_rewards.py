@@ -8,9 +8,13 @@ from typing import Any
 
 def tool_answer(episode: Any, sample: Any) -> float:
     """1.0 when the final answer states the number the add tool returned, 0.5 when the tool was
-    called, else 0.0. A sample with ``extra_info.break_reward`` makes it raise, on purpose."""
+    called, else 0.0. A sample with ``extra_info.break_reward`` makes it raise, on purpose; with
+    ``extra_info.break_odd`` it raises for the episodes whose id ends in an odd number (one member
+    of each group of two, since the suites number trajectories in order)."""
     if sample.extra_info.get("break_reward"):
         raise RuntimeError(f"the reward of sample {sample.id} is broken on purpose")
+    if sample.extra_info.get("break_odd") and int(episode.id.rsplit("-", 1)[-1]) % 2:
+        raise RuntimeError(f"the reward of episode {episode.id} is broken on purpose")
     results = [r.content for step in episode.steps for r in step.exp_data.state.action_result if not r.is_error]
     if not results:
         return 0.0

@@ -1,9 +1,11 @@
-"""The aworld scheduler under ms-swift's own multi-turn driver, without the trainer around it.
+"""The aworld scheduler under ms-swift's own multi-turn drivers, without the trainer around it.
 
-``swift.rollout.run_multi_turn`` (what the GRPO trainer runs in colocate mode) drives the real
-``AworldScheduler`` with ms-swift's ``TransformersEngine`` sampling from the tiny tool model; the
-agent calls the real MCP server. What ms-swift would train is rebuilt with its own
-``encode_sample``, and checked against the episodes the core recorded.
+``swift.rollout.run_multi_turn`` (what the GRPO trainer runs in colocate mode) and
+``MultiTurnScheduler.run`` (what a ``swift rollout`` server runs) drive the real ``AworldScheduler``
+with ms-swift's ``TransformersEngine`` sampling from the tiny tool model; the agent calls the real
+MCP server. What ms-swift would train is rebuilt with its own ``encode_sample`` and
+``collate_to_grpo_micro_batch``, rewards come from its ``compute_rewards_per_func``, and all of it
+is checked against the episodes the core recorded.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from swift_testkit import MODEL_TYPE, SYSTEM_PROMPT, TEMPLATE, read_jsonl, write
 
 from aworld_core.config import load_job_config
 from aworld_core.datasets import load_dataset_section
-from aworld_core.errors import UsageError
+from aworld_core.errors import AworldError, UsageError
 from aworld_core.export import read_jsonl as read_episodes
 from aworld_swift.rows import swift_row
 from aworld_swift.runtime import SwiftRuntime, set_runtime
@@ -74,7 +76,7 @@ def _rows(tmp_path: Path, tools: list[dict[str, Any]], pairs: list[tuple[int, in
 
 
 def _rollout(parts: dict[str, Any], rows: list[dict[str, Any]], max_turns: int = 3, generations: int = 2,
-             logprobs: bool = False) -> tuple[Any, list[Any], list[Any]]:
+             logprobs: bool = False, tag: str = "") -> tuple[Any, list[Any], list[Any]]:
     """What the trainer does for a batch: requests, trajectory start, first turn, then the driver."""
     from swift.infer_engine import RequestConfig
     from swift.infer_engine.protocol import RolloutInferRequest, RolloutOutput
@@ -87,8 +89,8 @@ def _rollout(parts: dict[str, Any], rows: list[dict[str, Any]], max_turns: int =
     scheduler = AworldScheduler(max_turns=max_turns, tokenizer=parts["processor"], template=parts["template"])
     samples = [GRPOSample.from_row(row) for row in rows for _ in range(generations)]
     for index, sample in enumerate(samples):
-        sample.request_id = f"req-{index}"
-        sample.prompt_id = f"prompt-{index // generations}"
+        sample.request_id = f"{tag}req-{index}"
+        sample.prompt_id = f"{tag}prompt-{index // generations}"
     requests = [sample.to_infer_request(include_extra=True) for sample in samples]
     config = RequestConfig(n=1, max_tokens=48, temperature=1.0, return_details=True, logprobs=logprobs)
 
@@ -115,14 +117,55 @@ def _trained(parts: dict[str, Any], sample: Any) -> tuple[list[int], list[int]]:
     return list(encoded["input_ids"]), list(encoded["labels"])
 
 
+def _rollout_logps(parts: dict[str, Any], samples: list[Any]) -> tuple[Any, Any]:
+    """What the trainer builds for rollout importance sampling from a batch: ms-swift's own encoding
+    and collation; ``None`` logps when any trajectory's logprobs do not match its labels."""
+    import torch
+    from swift.rlhf_trainers.utils import collate_to_grpo_micro_batch, encode_sample
+
+    template = copy(parts["template"])
+    template.set_mode("train")
+    for sample in samples:
+        encoded = encode_sample(sample, template)
+        encoded.pop("_extra_kwargs", None)
+        sample.encoded = encoded
+    _, grpo_batch = collate_to_grpo_micro_batch(samples, template, device=torch.device("cpu"), use_logits_to_keep=True)
+    return grpo_batch.rollout_per_token_logps, grpo_batch.completion_mask
+
+
+def _assert_logprobs_match_labels(parts: dict[str, Any], samples: list[Any]) -> None:
+    for sample in samples:
+        labels = sum(m for segment in sample.response_loss_mask for m in segment)
+        assert labels == sum(len(turn) for turn in sample.rollout_logprobs) > 0
+    logps, completion = _rollout_logps(parts, samples)
+    assert logps is not None  # ms-swift keeps rollout importance sampling for the batch
+    for row, sample in enumerate(samples):
+        flat = [lp for turn in sample.rollout_logprobs for lp in turn]
+        assert logps[row][completion[row]].tolist() == pytest.approx(flat)
+
+
+def _rewards(samples: list[Any], names: list[str]) -> list[list[float]]:
+    """ms-swift's own reward call over a batch: one column per reward function."""
+    import torch
+    from swift.rewards import orms
+    from swift.rl_core.grpo_algorithm import compute_rewards_per_func
+
+    import aworld_swift.swift_plugin  # noqa: F401  (registers the ms-swift names)
+
+    table = compute_rewards_per_func(samples, [orms[name]() for name in names], None, device=torch.device("cpu"))
+    return [[float(v) for v in table[:, i]] for i in range(len(names))]
+
+
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory: pytest.TempPathFactory, swift_parts: dict[str, Any], mcp_config: dict[str, Any],
           add_tools: list[dict[str, Any]]) -> Any:
-    """One batch through ms-swift's driver: two tasks, and one whose reward breaks; two generations each."""
+    """One batch through ms-swift's driver, two generations per task: two tasks, one whose reward
+    breaks, and one whose reward breaks for its second member only."""
     tmp_path = tmp_path_factory.mktemp("swift-batch")
     runtime = _runtime(tmp_path, mcp_config)
     rows = _rows(tmp_path, add_tools, [(1, 2), (3, 4)])
     rows += _rows(tmp_path / "broken", add_tools, [(2, 5)], prefix="broken", extra_info={"break_reward": True})
+    rows += _rows(tmp_path / "half", add_tools, [(4, 1)], prefix="half", extra_info={"break_odd": True})
     _, samples, outputs = _rollout(swift_parts, rows, logprobs=True)
     episodes = {e.id: e for e in read_episodes(tmp_path / "run" / "trajectories.jsonl")}
     yield {"runtime": runtime, "rows": rows, "samples": samples, "outputs": outputs, "episodes": episodes,
@@ -133,7 +176,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory, swift_parts: dict[str, Any],
 
 def test_ms_swift_trains_exactly_the_episode_tokens(batch, swift_parts):
     tokenizer = swift_parts["processor"]
-    assert len(batch["episodes"]) == 6
+    assert len(batch["episodes"]) == 8
     multi_turn = 0
     for sample, output in zip(batch["samples"], batch["outputs"], strict=True):
         info = output.rollout_infos[INFO_KEY]
@@ -170,7 +213,7 @@ def test_ms_swift_trains_exactly_the_episode_tokens(batch, swift_parts):
 def test_a_failed_reward_trains_nothing_of_its_trajectory(batch, swift_parts):
     broken = [(s, o) for s, o in zip(batch["samples"], batch["outputs"], strict=True)
               if o.rollout_infos[INFO_KEY]["reward_errors"]]
-    assert len(broken) == 2
+    assert len(broken) == 3  # both members of one task, the second of another
     for sample, output in broken:
         info = output.rollout_infos[INFO_KEY]
         assert info["status"] == "success" and info["reward"] is None and not info["trained"]
@@ -180,6 +223,10 @@ def test_a_failed_reward_trains_nothing_of_its_trajectory(batch, swift_parts):
         _assert_only_last_label(swift_parts, sample, output)
         # the one labelled token keeps its logprob, so the batch's rollout logprobs stay aligned
         assert output.rollout_logprobs == [[episode.training.response_logprobs[-1]]]
+
+
+def test_every_trajectory_keeps_one_logprob_per_label(batch, swift_parts):
+    _assert_logprobs_match_labels(swift_parts, batch["samples"])
 
 
 def _assert_only_last_label(parts: dict[str, Any], sample: Any, output: Any) -> None:
@@ -192,22 +239,29 @@ def _assert_only_last_label(parts: dict[str, Any], sample: Any, output: Any) -> 
     assert labels[-1] == input_ids[-1]
 
 
-def test_an_unreachable_tool_server_fails_the_episode_and_masks_the_turn(tmp_path, swift_parts, add_tools, cleanup):
+def test_an_unreachable_tool_server_fails_the_episode_and_batches_that_only_fail_stop_training(
+        tmp_path, swift_parts, add_tools, cleanup):
     import socket
 
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     dead = {"mcpServers": {"calc": {"type": "streamable-http", "url": f"http://127.0.0.1:{port}/mcp", "timeout": 2}}}
-    _runtime(tmp_path, dead)
+    _runtime(tmp_path, dead, max_failed_steps=2)
     rows = _rows(tmp_path, add_tools, [(1, 1)])
-    _, samples, outputs = _rollout(swift_parts, rows, generations=1)
+    _, samples, outputs = _rollout(swift_parts, rows, generations=1, logprobs=True)
     info = outputs[0].rollout_infos[INFO_KEY]
     assert info["status"] == "failed" and "MCPConnectionError" in info["error"] and not info["trained"]
     assert outputs[0].rollout_infos["num_turns"] == 1
     _assert_only_last_label(swift_parts, samples[0], outputs[0])
+    _assert_logprobs_match_labels(swift_parts, samples)
     episode = read_episodes(tmp_path / "run" / "trajectories.jsonl")[0]
     assert episode.status.value == "failed" and episode.training is None and episode.reward is None
+    # the first batch in which nothing could train is counted, the second stops training with its cause
+    assert _rewards(samples, ["aworld"]) == [[0.0]]
+    _, again, _ = _rollout(swift_parts, rows, generations=1, tag="next-")
+    with pytest.raises(AworldError, match=r"2 consecutive training steps.*MCPConnectionError.*rollout.max_failed_steps"):
+        _rewards(again, ["aworld"])
 
 
 def test_a_timed_out_episode_trains_nothing(tmp_path, swift_parts, mcp_config, add_tools, cleanup):
@@ -219,40 +273,64 @@ def test_a_timed_out_episode_trains_nothing(tmp_path, swift_parts, mcp_config, a
     _assert_only_last_label(swift_parts, samples[0], outputs[0])
 
 
-def test_reward_functions_hand_over_the_core_rewards(batch):
-    from swift.rewards import orms
+def _by_task(batch: dict[str, Any]) -> dict[str, list[int]]:
+    rows: dict[str, list[int]] = {}
+    for index, output in enumerate(batch["outputs"]):
+        rows.setdefault(output.rollout_infos[INFO_KEY]["task_id"], []).append(index)
+    return rows
 
-    import aworld_swift.swift_plugin  # noqa: F401  (registers the ms-swift names)
+
+def test_reward_functions_give_the_core_rewards_under_keep_group_neutral(batch):
     from aworld_core.rewards.builtin import gsm8k_reward
 
     set_runtime(batch["runtime"])
-    infos = [o.rollout_infos for o in batch["outputs"]]
-    groups = [s.prompt_id for s in batch["samples"]]
-    completions = [s.messages[-1]["content"] for s in batch["samples"]]
-    expected = [batch["episodes"][i[INFO_KEY]["episode_id"]] for i in infos]
-    trained = [i[INFO_KEY]["trained"] for i in infos]
-    got = orms["aworld"]()(completions, rollout_infos=infos, prompt_id=groups)
-    assert [g for g, t in zip(got, trained, strict=True) if t] == [e.reward for e, t in zip(expected, trained,
-                                                                                          strict=True) if t]
-    assert [g for g, t in zip(got, trained, strict=True) if not t] == [0.0, 0.0]  # a group with nothing scored
-    # a registered core reward that is not the job's: computed here on the finished episodes
+    job, gsm8k = _rewards(batch["samples"], ["aworld", "aworld_gsm8k"])
+    infos = [o.rollout_infos[INFO_KEY] for o in batch["outputs"]]
+    episodes = [batch["episodes"][i["episode_id"]] for i in infos]
     truths = [json.loads(s.extra["aworld_sample"])["ground_truth"] for s in batch["samples"]]
-    got = orms["aworld_gsm8k"]()(completions, rollout_infos=infos, prompt_id=groups)
-    assert [g for g, t in zip(got, trained, strict=True) if t] == [
-        gsm8k_reward("x", e.final_answer or "", truth)
-        for e, truth, t in zip(expected, truths, trained, strict=True) if t
-    ]
-    # rows from another scheduler: the completion text is scored as the final answer
+    own = [gsm8k_reward("x", e.final_answer or "", t) for e, t in zip(episodes, truths, strict=True)]
+    groups = _by_task(batch)
+    for task in ("add-0", "add-1"):  # every member trained: the core's rewards, as computed on the episodes
+        assert [job[i] for i in groups[task]] == [episodes[i].reward for i in groups[task]]
+        assert [gsm8k[i] for i in groups[task]] == [own[i] for i in groups[task]]
+    # every member's reward failed: the group is dropped, nobody has an advantage
+    assert [job[i] for i in groups["broken-0"]] == [0.0, 0.0] == [gsm8k[i] for i in groups["broken-0"]]
+    # the second member's reward failed: it is neutral (the group's mean of those that train), the group keeps its size
+    first, second = groups["half-0"]
+    assert infos[first]["trained"] and not infos[second]["trained"]
+    assert job[first] == job[second] == episodes[first].reward
+    assert gsm8k[first] == gsm8k[second] == own[first]
+    metrics = batch["runtime"].last_metrics
+    assert metrics["aworld/episodes"] == 8.0 and metrics["aworld/failed_rate"] == 0.0
+    assert metrics["aworld/untrained/reward_failed"] == 3.0 and metrics["aworld/trained_rate"] == 5 / 8
+    assert metrics["aworld/tool_call_rate"] > 0 and metrics["aworld/turns"] >= 1
+
+
+def test_drop_group_gives_no_member_of_a_group_with_a_failure_an_advantage(batch, tmp_path, mcp_config):
+    runtime = _runtime(tmp_path, mcp_config, failed_episodes="drop_group")
+    try:
+        (job,) = _rewards(batch["samples"], ["aworld"])
+        groups = _by_task(batch)
+        episodes = [batch["episodes"][o.rollout_infos[INFO_KEY]["episode_id"]] for o in batch["outputs"]]
+        assert [job[i] for i in groups["half-0"]] == [0.0, 0.0]
+        assert [job[i] for i in groups["broken-0"]] == [0.0, 0.0]
+        for task in ("add-0", "add-1"):
+            assert [job[i] for i in groups[task]] == [episodes[i].reward for i in groups[task]]
+        assert runtime.last_metrics["aworld/untrained/group_dropped"] == 1.0
+        assert runtime.last_metrics["aworld/trained_rate"] == 4 / 8
+    finally:
+        runtime.close()
+        set_runtime(batch["runtime"])
+
+
+def test_rows_from_another_scheduler_are_scored_from_their_completion(batch):
+    from swift.rewards import orms
+
+    import aworld_swift.swift_plugin  # noqa: F401  (registers the ms-swift names)
+
+    set_runtime(batch["runtime"])
     plain = orms["aworld_gsm8k"]()(["The answer is 3.", "no idea"], aworld_sample=[batch["rows"][0]["aworld_sample"]] * 2)
     assert plain == [1.0, 0.0]
-
-
-def test_untrained_trajectories_get_their_groups_mean():
-    from aworld_swift.rewards import neutral_fill
-
-    groups = [("sample", g) for g in ["a", "a", "a", "b", "c"]]
-    values = neutral_fill([1.0, None, 0.0, 0.5, None], [False, True, False, False, True], groups)
-    assert values == [1.0, 0.5, 0.0, 0.5, 0.0]
 
 
 def test_tools_that_differ_from_the_dataset_row_stop_training(tmp_path, swift_parts, mcp_config, add_tools, cleanup):
@@ -271,39 +349,56 @@ def test_trajectories_file_and_infos_are_plain_json(batch):
     turns = {line["id"]: line["metadata"]["swift"]["turns"] for line in lines}
     for output in batch["outputs"]:
         assert turns[output.rollout_infos[INFO_KEY]["episode_id"]] == output.rollout_infos["num_turns"]
-    assert batch["runtime"].step_stats.pop()["aworld/failed_rate"] == 0.0
 
 
-def test_server_mode_run_drives_the_same_episodes(tmp_path, swift_parts, mcp_config, add_tools, cleanup):
-    """A ``swift rollout`` server calls ``MultiTurnScheduler.run`` per request on its own loop:
-    the same hooks, the same exact sequence."""
+def test_server_mode_run_keeps_rollout_logprobs_with_a_failed_trajectory(tmp_path, swift_parts, mcp_config, add_tools,
+                                                                           cleanup):
+    """A ``swift rollout`` server calls ``MultiTurnScheduler.run`` per request on its own loop: the same
+    hooks, the same exact sequence, and for a trajectory that does not train as many logprobs as labels
+    (one), so the trainer keeps rollout importance sampling for the whole batch."""
     import asyncio
 
     from swift.infer_engine import RequestConfig
+    from swift.infer_engine.protocol import RolloutOutput
     from swift.rl_core.data import GRPOSample
 
     from aworld_swift.scheduler import AworldScheduler
 
     _runtime(tmp_path, mcp_config)
     scheduler = AworldScheduler(infer_engine=swift_parts["engine"], max_turns=3)
-    requests = []
-    for index, row in enumerate(_rows(tmp_path, add_tools, [(1, 2), (3, 4)])):
+    rows = _rows(tmp_path, add_tools, [(1, 2), (3, 4)])
+    rows += _rows(tmp_path / "broken", add_tools, [(2, 5)], prefix="broken", extra_info={"break_reward": True})
+    samples, requests = [], []
+    for index, row in enumerate(rows):
         sample = GRPOSample.from_row(row)
-        sample.request_id = f"server-{index}"
+        sample.request_id = sample.prompt_id = f"server-{index}"
+        samples.append(sample)
         requests.append(sample.to_infer_request(include_extra=True))
-    config = RequestConfig(n=1, max_tokens=48, temperature=1.0, return_details=True)
+    config = RequestConfig(n=1, max_tokens=48, temperature=1.0, return_details=True, logprobs=True)
 
     async def run_all() -> list[Any]:
         return list(await asyncio.gather(*(scheduler.run(request, config) for request in requests)))
 
-    outputs = asyncio.run(run_all())
+    # as the trainer gets them: JSON from the rollout server
+    outputs = [RolloutOutput.model_validate_json(o.model_dump_json()) for o in asyncio.run(run_all())]
+    for sample, output in zip(samples, outputs, strict=True):
+        sample.apply_rollout_output(rollout_output=output)
     episodes = {e.id: e for e in read_episodes(tmp_path / "run" / "trajectories.jsonl")}
-    for output in outputs:
+    for sample, output in zip(samples, outputs, strict=True):
         info = output.rollout_infos[INFO_KEY]
-        view = episodes[info["episode_id"]].training
+        episode = episodes[info["episode_id"]]
+        assert output.rollout_infos["num_turns"] == len(episode.steps)
+        if info["reward_errors"]:
+            assert not info["trained"]
+            _assert_only_last_label(swift_parts, sample, output)
+            assert output.rollout_logprobs == [[episode.training.response_logprobs[-1]]]
+            continue
+        view = episode.training
         assert info["trained"] and output.response_token_ids == [view.response_ids]
         assert output.response_loss_mask == [view.response_mask]
-        assert output.rollout_infos["num_turns"] == len(episodes[info["episode_id"]].steps)
+        assert output.rollout_logprobs == [[lp for lp, m in zip(view.response_logprobs, view.response_mask,
+                                                                strict=True) if m]]
+    _assert_logprobs_match_labels(swift_parts, samples)
     assert not scheduler.trajectories  # every trajectory's state was released
 
 

@@ -1,6 +1,6 @@
 """The ``swift`` backend's launch: ``swift rlhf --rlhf_type grpo`` over the job's agent.
 
-The plan is one command line (``--dry-run`` prints it)::
+The plan's command (``--dry-run`` prints it)::
 
     python -m swift.cli.main rlhf --rlhf_type grpo --model <model.path> --check_model false
         --fp16 false --dataset <out>/swift_train.jsonl [--val_dataset <out>/swift_test.jsonl]
@@ -9,10 +9,25 @@ The plan is one command line (``--dry-run`` prints it)::
         --output_dir <out>/swift --add_version false --seed <seed> --report_to none ...
 
 (``python -m swift.cli.main`` is the ``swift`` command of the running environment.) Every key of
-``backends.swift`` except ``aworld`` (our own options) is passed through as ``--key value`` and
-wins over these defaults; ``external_plugins`` and ``callbacks`` are added to ours, since the
-scheduler and reward functions cannot work without them. ``AWORLD_SWIFT_JOB`` points ms-swift's
-processes at the serialized job (``<out>/job.json``).
+``backends.swift`` except ``aworld`` (our own options) and ``rollout`` (the rollout server's) is
+passed through as ``--key value`` and wins over these defaults; ``external_plugins`` and
+``callbacks`` are added to ours, since the scheduler and reward functions cannot work without
+them. ``AWORLD_SWIFT_JOB`` points ms-swift's processes at the serialized job (``<out>/job.json``).
+
+Server mode (``backends.swift.vllm_mode: server``): ms-swift's trainer samples through a separate
+``swift rollout`` server, which runs the scheduler, so the episodes. The trainer's command gets
+``--use_vllm true --vllm_server_host 127.0.0.1 --vllm_server_port 8000`` (unless set), and the
+plan carries the server's command (``config.rollout_server``, and a note with the line to run
+first)::
+
+    env AWORLD_SWIFT_JOB=<out>/job.json python -m swift.cli.main rollout --model <model.path>
+        --external_plugins <aworld_swift/swift_plugin.py> --multi_turn_scheduler aworld
+        [--max_turns N] --host 127.0.0.1 --port 8000 --seed <seed> ...
+
+``backends.swift.rollout`` holds the server's own arguments (``vllm_gpu_memory_utilization``,
+``vllm_tensor_parallel_size``, ...; ``external_plugins`` added to ours). Secrets never go on a
+command line: ``hub_token``, ``swanlab_token`` and the server's ``api_key`` are refused, and the
+processes read the ``AWORLD_*`` settings from their own environment.
 
 Launching (not ``--dry-run``) first converts the datasets to ms-swift rows (listing the agent's
 tools once, see :mod:`aworld_swift.rows`), then runs the command.
@@ -22,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,8 +50,18 @@ from aworld_swift.runtime import JOB_ENV, OPTIONS_KEY, TRAJECTORIES_FILE, SwiftO
 BACKEND = "swift"
 JOB_FILE = "job.json"
 SWIFT_OUTPUT = "swift"
+ROLLOUT_KEY = "rollout"  # backends.swift.rollout: the arguments of the `swift rollout` server (server mode)
 PLUGIN_FILE = Path(__file__).resolve().with_name("swift_plugin.py")
 ADDITIVE = ("external_plugins", "callbacks")  # ours are kept when the user adds their own
+LOCAL_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+# ms-swift arguments that carry a secret: a command line is visible to every user of the machine
+SECRETS = {
+    "hub_token": "set HF_TOKEN (or MODELSCOPE_API_TOKEN) in the environment instead",
+    "swanlab_token": "set SWANLAB_API_KEY in the environment instead",
+    "api_key": "ms-swift 4.6's trainer cannot send a rollout server key anyway: keep the server on "
+               "127.0.0.1 (the default) or a private network",
+}
 
 
 def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
@@ -60,20 +86,73 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
     }
     user = job.backend_section(BACKEND)
     user.pop(OPTIONS_KEY, None)
-    args = dict(defaults)
-    for key, value in user.items():
-        if not isinstance(key, str) or not key or key.startswith("-"):
-            raise ConfigError(f"backends.swift has a bad key {key!r}: use ms-swift's argument names without '--'")
-        if key in ADDITIVE and value is not None:
-            extra = value if isinstance(value, list) else [value]
-            args[key] = list(dict.fromkeys([*defaults[key], *map(str, extra)]))
-        else:
-            args[key] = value
+    user.pop(ROLLOUT_KEY, None)
+    args = _merge(defaults, user, "backends.swift")
+    if args.get("vllm_mode") == "server":
+        if args.get("use_vllm") is False:
+            raise ConfigError("backends.swift.vllm_mode is 'server' but use_vllm is false: set use_vllm: true "
+                              "(the rollout server is ms-swift's vLLM server mode)")
+        args["use_vllm"] = True
+        if args.get("vllm_server_host") is None and args.get("vllm_server_base_url") is None:
+            args["vllm_server_host"] = [LOCAL_HOST]
+        ports = args.get("vllm_server_port")
+        if not (isinstance(ports, list) and len(ports) > 1):  # several servers: the user's own list
+            args["vllm_server_port"] = [_server_port(job, args)]
     return {key: value for key, value in args.items() if value is not None}
 
 
-def command_line(args: dict[str, Any]) -> list[str]:
-    command = [sys.executable, "-m", "swift.cli.main", "rlhf"]
+def rollout_args(job: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """The ``swift rollout`` server's arguments in server mode: what it must share with the
+    trainer (model, template, scheduler, plugins, turn limit, port), then ``backends.swift.rollout``."""
+    shared = ("model", "model_type", "template", "torch_dtype", "use_hf", "max_turns", "seed")
+    defaults: dict[str, Any] = {key: args.get(key) for key in shared}
+    defaults.update({
+        "external_plugins": [str(PLUGIN_FILE)],
+        "multi_turn_scheduler": "aworld",
+        "host": LOCAL_HOST,  # reachable from this machine only: ms-swift's trainer cannot send a key
+        "port": args["vllm_server_port"][0],
+    })
+    merged = _merge(defaults, _rollout_section(job), f"backends.swift.{ROLLOUT_KEY}")
+    return {key: value for key, value in merged.items() if value is not None}
+
+
+def _rollout_section(job: Any) -> dict[str, Any]:
+    section = job.backend_section(BACKEND).get(ROLLOUT_KEY) or {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"backends.swift.{ROLLOUT_KEY} must be a mapping of 'swift rollout' arguments, got {section!r}")
+    return dict(section)
+
+
+def _server_port(job: Any, args: dict[str, Any]) -> int:
+    """The one port the server listens on and the trainer connects to."""
+    ports = args.get("vllm_server_port")
+    trainer = ports[0] if isinstance(ports, list) and ports else ports
+    server = _rollout_section(job).get("port")
+    if trainer is not None and server is not None and int(trainer) != int(server):
+        raise ConfigError(
+            f"backends.swift.vllm_server_port ({trainer}) and backends.swift.{ROLLOUT_KEY}.port ({server}) differ: "
+            f"the trainer connects where the rollout server listens; set one of them"
+        )
+    return int(server if server is not None else trainer if trainer is not None else DEFAULT_PORT)
+
+
+def _merge(defaults: dict[str, Any], user: dict[str, Any], where: str) -> dict[str, Any]:
+    args = dict(defaults)
+    for key, value in user.items():
+        if not isinstance(key, str) or not key or key.startswith("-"):
+            raise ConfigError(f"{where} has a bad key {key!r}: use ms-swift's argument names without '--'")
+        if key in SECRETS and value is not None:
+            raise ConfigError(f"{where}.{key} would put a secret on the command line: {SECRETS[key]}")
+        if key in ADDITIVE and value is not None:
+            extra = value if isinstance(value, list) else [value]
+            args[key] = list(dict.fromkeys([*(defaults.get(key) or []), *map(str, extra)]))
+        else:
+            args[key] = value
+    return args
+
+
+def command_line(args: dict[str, Any], subcommand: str = "rlhf") -> list[str]:
+    command = [sys.executable, "-m", "swift.cli.main", subcommand]
     for key, value in args.items():
         command.append(f"--{key}")
         command += _values(key, value)
@@ -123,24 +202,43 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
             f"(e.g. model_type: qwen2, template: qwen2_5 for a Qwen2 model); the config's model_type is "
             f"{_config_model_type(model_dir)!r}"
         )
+    env = {JOB_ENV: str(out / JOB_FILE), "TRL_EXPERIMENTAL_SILENCE": "1"}
+    if job.base_dir:  # ms-swift's processes import the job's module:function references
+        parts = [job.base_dir, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+    config: dict[str, Any] = {"swift_args": args}
+    if args.get("vllm_mode") == "server":
+        server = rollout_args(job, args)
+        server_command = command_line(server, "rollout")
+        config["rollout_server"] = {"args": server, "command": server_command, "env": env}
+        notes.append(
+            "server mode: start the rollout server first, where the GPUs for sampling are (it runs the episodes; "
+            f"the trainer waits for it up to vllm_server_timeout), then launch: {server_line(server_command, env)}"
+        )
+        notes.append(
+            f"the rollout server reads the job from {out / JOB_FILE} when its first request arrives (launching "
+            "writes it) and writes episodes beside it; it reads AWORLD_* settings (API keys, MCP tokens) from its "
+            "own environment or .env, never from its command line; start it afresh for every launch"
+        )
     notes += [
         f"launch writes {out / TRAIN_FILE}" + (f" and {out / TEST_FILE}" if job.test_dataset is not None else "")
         + " (rows: messages, tools = the agent's tools listed once at launch, aworld_sample)",
         f"episodes are written to {out / TRAJECTORIES_FILE}; ms-swift's logs to {out / SWIFT_OUTPUT}",
     ]
-    env = {JOB_ENV: str(out / JOB_FILE), "TRL_EXPERIMENTAL_SILENCE": "1"}
-    if job.base_dir:  # ms-swift's processes import the job's module:function references
-        parts = [job.base_dir, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     return LaunchPlan(
         backend=BACKEND,
         command=command_line(args),
         cwd=str(out),
         env=env,
         files={JOB_FILE: json.dumps(job.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"},
-        config={"swift_args": args},
+        config=config,
         notes=notes,
     )
+
+
+def server_line(command: list[str], env: dict[str, str]) -> str:
+    """The rollout server's command as one shell line, its environment in front (``env K=V ...``)."""
+    return shlex.join(["env", *(f"{key}={value}" for key, value in env.items()), *command])
 
 
 def _config_model_type(model_dir: Path) -> str | None:

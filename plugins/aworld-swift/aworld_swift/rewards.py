@@ -1,4 +1,4 @@
-"""ms-swift reward functions (``orms['aworld']``, ``orms['aworld_<name>']``) over the core's rewards.
+"""ms-swift reward functions (``orms['aworld']``, ``orms['aworld_<name>']``) under the kit's group policy.
 
 * ``aworld``: the job's reward, as the core computed it on the whole episode when the episode
   ended (``episode.reward``; every reward of ``reward`` summed).
@@ -6,30 +6,55 @@
   weigh several with ms-swift's ``--reward_weights``. Taken from the episode's own scores when
   the job's reward includes it, else computed on the finished episode, in this process.
 
-A trajectory the scheduler did not train (its episode failed or timed out, or its reward raised)
-gets its group's mean reward rather than a score: its advantage is then 0, and the other
-trajectories of its group keep the baseline of those that were scored (see :func:`neutral_fill`).
-The episode itself keeps ``reward = None`` and its errors (``trajectories.jsonl``).
+Reward functions are where the trainer first sees a whole batch, so they apply the worker kit's
+group policy (``job.rollout.failed_episodes``). Each row's episode is rebuilt as a record from its
+``rollout_infos`` entry (:func:`episode_record`: in server mode the episodes stay on the rollout
+server); the rows of one sample are one GRPO group (``apply_group_policy``), and each row gets
+``EpisodeGroup.rewards("mean")``:
 
-Rows that did not come from the ``aworld`` scheduler (another scheduler, single-turn GRPO) are
-scored from the completion text as the episode's final answer, with the row's ``aworld_sample``.
+* ``keep_group_neutral``: a member that does not train (its episode failed or timed out, its
+  reward failed) gets the mean reward of the members that train, so its advantage is 0 and the
+  group's baseline is theirs; the group keeps its size.
+* ``drop_group``: a group with any such member gives every member the same reward (0.0), so no
+  member has an advantage (ms-swift has already encoded their labels: they get no policy gradient).
+* A group in which every member failed is dropped under both.
+
+Once per training batch the kit's ``FailedSteps`` counts it (``job.rollout.max_failed_steps``
+consecutive batches with nothing trainable stop the run with the first error) and the kit's
+``step_metrics`` are added to ms-swift's logged metrics (``aworld/*``).
+
+Rows that did not come from the ``aworld`` scheduler (another scheduler, single-turn GRPO) have no
+episode: they are scored from the completion text as the final answer, with the row's
+``aworld_sample``; a value that fails gets the mean of its ms-swift prompt group.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from swift.rewards import ORM
 
 from aworld_core.errors import UsageError
 from aworld_core.rewards.registry import validate_reward_value
-from aworld_core.schemas import Episode, EpisodeStatus, Sample
+from aworld_core.schemas import Episode, EpisodeStatus, Sample, TrainingView
+from aworld_core.worker import EpisodeGroup, apply_group_policy, is_trainable, step_metrics
 from aworld_swift.trajectory import INFO_KEY
 
 logger = logging.getLogger(__name__)
 
 JOB_REWARD = "aworld"
+
+
+@dataclass
+class Judgement:
+    """A batch under the group policy: each row's record (``None``: not from the aworld
+    scheduler), the groups, and the rows of each group."""
+
+    records: list[Episode | None]
+    groups: list[EpisodeGroup]
+    rows: list[list[int]]
 
 
 class AworldReward(ORM):
@@ -40,42 +65,49 @@ class AworldReward(ORM):
     def __call__(self, completions: list[Any], **kwargs: Any) -> list[float]:
         n = len(completions)
         infos = kwargs.get("rollout_infos") or [None] * n
-        samples = kwargs.get("aworld_sample") or [None] * n
-        prompt_ids = kwargs.get("prompt_id") or [None] * n
-        values: list[float | None] = []
-        untrained: list[bool] = []
-        groups: list[Any] = []
-        for completion, info, sample, prompt_id in zip(completions, infos, samples, prompt_ids, strict=True):
-            entry = info.get(INFO_KEY) if isinstance(info, dict) else None
-            # a GRPO group is the generations of one dataset row: one sample id
-            groups.append(("sample", entry["task_id"]) if entry and entry.get("task_id") else ("prompt", prompt_id))
-            if entry is not None and not entry.get("trained", True):
-                values.append(None)
-                untrained.append(True)
-            elif entry is not None:
-                values.append(self._from_episode(entry))
-                untrained.append(False)
-            else:
-                values.append(self._from_completion(completion, sample))
-                untrained.append(False)
-        return neutral_fill(values, untrained, groups)
+        entries = [info.get(INFO_KEY) if isinstance(info, dict) else None for info in infos]
+        values: list[float] = [0.0] * n
+        if any(entry is not None for entry in entries):
+            judged = judge(entries, kwargs)
+            for group, rows in zip(judged.groups, judged.rows, strict=True):
+                members = [judged.records[i] for i in rows]
+                if self.reward_name is not None:
+                    members = [self._with_own_reward(m, entries[i]) for m, i in zip(members, rows, strict=True)]
+                column = EpisodeGroup(group.group_id, group.sample, members, group.dropped, group.policy)
+                for i, value in zip(rows, column.rewards("mean"), strict=True):
+                    values[i] = float(value)  # type: ignore[arg-type]
+        foreign = [i for i, entry in enumerate(entries) if entry is None]
+        if foreign:
+            samples = kwargs.get("aworld_sample") or [None] * n
+            prompts = kwargs.get("prompt_id") or [None] * n
+            scored = {i: self._from_completion(completions[i], samples[i]) for i in foreign}
+            for i in foreign:
+                values[i] = _prompt_mean(i, scored, prompts)
+        return values
 
     # -- rows from the aworld scheduler -------------------------------------------------------------
 
+    def _with_own_reward(self, record: Episode, entry: dict[str, Any]) -> Episode:
+        """``record`` with this function's reward: a member that trains needs it; one whose value
+        fails gets none (the group's mean, like any member that does not train)."""
+        if not is_trainable(record):
+            return record
+        value = self._from_episode(entry)
+        if value is None:
+            logger.warning("reward %s failed on trajectory %s: it gets its group's mean (no advantage)",
+                           type(self).__name__, entry["episode_id"])
+        return record.model_copy(update={"reward": value})
+
     def _from_episode(self, entry: dict[str, Any]) -> float | None:
-        if entry.get("status") != EpisodeStatus.SUCCESS.value:
-            return None
         name = self.reward_name
-        if name is None:
-            return entry.get("reward")
+        assert name is not None
         if name in (entry.get("rewards") or {}):
             return float(entry["rewards"][name])
         if name in (entry.get("reward_errors") or {}):
             return None
         from aworld_swift.runtime import get_runtime
 
-        runtime = get_runtime()
-        found = runtime.episode(entry["episode_id"])
+        found = get_runtime().episode(entry["episode_id"])
         if found is None:
             raise UsageError(
                 f"reward '{JOB_REWARD}_{name}' is not among the job's rewards and episode {entry['episode_id']} "
@@ -100,7 +132,7 @@ class AworldReward(ORM):
         from aworld_swift.runtime import get_runtime
 
         runtime = get_runtime()
-        names = runtime.reward if isinstance(runtime.reward, list) else [runtime.reward]
+        names = runtime.job.reward if isinstance(runtime.job.reward, list) else [runtime.job.reward]
         values = [self._compute(getattr(n, "name", n), episode, sample, getattr(n, "trajectory_aware", None))
                   for n in names]
         return None if any(v is None for v in values) else sum(v for v in values if v is not None)
@@ -113,7 +145,7 @@ class AworldReward(ORM):
         run), on a private loop with the installed plugins."""
         import asyncio
 
-        from aworld_core.plugins import maybe_await
+        from aworld_core.aio import maybe_await
         from aworld_core.rewards.registry import compute_named_reward
         from aworld_swift.runtime import current_runtime, get_runtime
 
@@ -122,7 +154,7 @@ class AworldReward(ORM):
         async def compute() -> Any:
             return await maybe_await(compute_named_reward(
                 name, episode, sample, base_dir=runtime.job.base_dir if runtime else None,
-                trajectory_aware=trajectory_aware, plugin_manager=runtime.manager if runtime else None,
+                trajectory_aware=trajectory_aware,
             ))
 
         try:
@@ -135,29 +167,109 @@ class AworldReward(ORM):
             return None
 
 
-def neutral_fill(values: list[float | None], untrained: list[bool], groups: list[Any]) -> list[float]:
-    """Give every missing value its group's mean, so it moves no advantage.
+def episode_record(entry: dict[str, Any], response_ids: list[int] | None) -> Episode:
+    """The episode of a ``rollout_infos`` entry as the trainer sees it: its outcome (status,
+    error, rewards), and when it has a training view, a view of the response ms-swift trains
+    (its ids, as ms-swift holds them, and the view's mask; the prompt, logprobs and versions
+    travel in ms-swift's own fields and are left out). Its steps stay where the episode ran."""
+    record = Episode(
+        id=entry["episode_id"], task_id=entry["task_id"], agent_id=entry.get("agent_id") or "agent",
+        status=EpisodeStatus(entry["status"]), error=entry.get("error"), reward=entry.get("reward"),
+        rewards=dict(entry.get("rewards") or {}), reward_errors=dict(entry.get("reward_errors") or {}),
+    )
+    runs = entry.get("mask_runs")
+    if runs is not None:
+        mask = [int(value) for value, count in runs for _ in range(int(count))]
+        if response_ids is None or len(response_ids) < len(mask):
+            raise UsageError(
+                f"trajectory {entry['episode_id']} has {len(response_ids or [])} response ids in ms-swift's row "
+                f"but its episode's view has {len(mask)}; the aworld reward functions need ms-swift's "
+                f"'response_token_ids' column (ms-swift 4.6 passes it to reward functions)"
+            )
+        ids = response_ids[len(response_ids) - len(mask):]  # after a response prefix ms-swift may add
+        record.training = TrainingView(prompt_ids=[], response_ids=ids, response_mask=mask,
+                                       response_logprobs=[], response_versions=[])
+    return record
 
-    ms-swift sums rewards with ``nansum`` (a ``None`` would count as 0 in its group's mean and push
-    the other trajectories' advantages). An untrained trajectory, or one whose reward failed, gets
-    the mean of its group's computed values instead (a group: the generations of one sample, else
-    of one ms-swift ``prompt_id``): its own advantage is then 0 under ms-swift's group, rloo and
-    reinforce++ estimators, and its group's baseline is that of the trajectories that were scored.
-    A group with nothing scored gets 0.0 throughout (advantage 0). Only this process's rows are
-    seen: with several training processes a group split across them gets a local mean.
-    """
-    out: list[float] = []
-    for index, value in enumerate(values):
-        if value is not None and not untrained[index]:
-            out.append(float(value))
-            continue
-        group = groups[index]
-        peers = [float(v) for j, v in enumerate(values)
-                 if v is not None and not untrained[j] and group[1] is not None and groups[j] == group]
-        if value is None and not untrained[index]:
-            logger.warning("a reward failed on a trained trajectory: it gets its group's mean (no advantage)")
-        out.append(sum(peers) / len(peers) if peers else 0.0)
-    return out
+
+def judge(entries: list[dict[str, Any] | None], kwargs: dict[str, Any]) -> Judgement:
+    """The batch's records under the group policy, once per batch (every aworld reward function
+    of the batch gets the same judgement). A training batch also counts toward the all-failed
+    stop and logs its metrics."""
+    from aworld_swift.runtime import get_runtime
+
+    runtime = get_runtime()
+    key = tuple(entry["episode_id"] if entry else "" for entry in entries)
+    if runtime.judged is not None and runtime.judged[0] == key:
+        return runtime.judged[1]
+    n = len(entries)
+    ids = kwargs.get("response_token_ids") or [None] * n
+    raw_samples = kwargs.get("aworld_sample") or [None] * n
+    records = [None if entry is None else episode_record(entry, _flat(ids[i])) for i, entry in enumerate(entries)]
+    members: dict[str, list[int]] = {}
+    for i, record in enumerate(records):
+        if record is not None:  # a GRPO group is the generations of one dataset row: one sample id
+            members.setdefault(record.task_id, []).append(i)
+    groups = [
+        apply_group_policy(task_id, _sample(task_id, raw_samples[rows[0]]), [records[i] for i in rows], runtime.policy)
+        for task_id, rows in members.items()
+    ]
+    judged = Judgement(records, groups, list(members.values()))
+    runtime.judged = (key, judged)
+    ran = [r for r in records if r is not None]
+    training = runtime.training()
+    if training:
+        runtime.failed_steps.step(ran)  # raises after max_failed_steps batches with nothing trainable
+    _log(runtime, batch_metrics(ran, [e for e in entries if e is not None]), "train" if training else "eval")
+    return judged
+
+
+def batch_metrics(records: list[Episode], entries: list[dict[str, Any]]) -> dict[str, float]:
+    """The kit's ``step_metrics`` of the batch; records carry no steps, so the tool and turn
+    figures come from the counts the scheduler recorded."""
+    metrics = step_metrics(records)
+    n = len(entries) or 1
+    results = sum(int(e.get("tool_results") or 0) for e in entries)
+    metrics["aworld/tool_call_rate"] = sum(1 for e in entries if e.get("tool_calls")) / n
+    metrics["aworld/tool_error_rate"] = sum(int(e.get("tool_errors") or 0) for e in entries) / results if results else 0.0
+    metrics["aworld/turns"] = sum(int(e.get("llm_calls") or 0) for e in entries) / n
+    return metrics
+
+
+def _log(runtime: Any, metrics: dict[str, float], mode: str) -> None:
+    """Into ms-swift's metrics of the running mode (logged with its next entry), and on the runtime."""
+    runtime.last_metrics = metrics
+    store = getattr(runtime.trainer, "_metrics", None)
+    if isinstance(store, dict) and mode in store:
+        for key, value in metrics.items():
+            store[mode][key].append(value)
+
+
+def _flat(ids: Any) -> list[int] | None:
+    """ms-swift's ``response_token_ids`` of one row (a list per segment) as one list."""
+    if not ids:
+        return None
+    if isinstance(ids[0], list):
+        return [int(i) for segment in ids for i in segment]
+    return [int(i) for i in ids]
+
+
+def _sample(task_id: str, raw: Any) -> Sample:
+    if isinstance(raw, str):
+        return Sample.model_validate_json(raw)
+    if isinstance(raw, dict):
+        return Sample.model_validate(raw)
+    return Sample(id=task_id, prompt=[])
+
+
+def _prompt_mean(index: int, scored: dict[int, float | None], prompts: list[Any]) -> float:
+    """A row without an episode: its value, or when that failed, the mean of its prompt group's."""
+    value = scored[index]
+    if value is not None:
+        return float(value)
+    logger.warning("a reward failed on a completion: it gets its prompt group's mean (no advantage)")
+    peers = [v for i, v in scored.items() if v is not None and prompts[i] is not None and prompts[i] == prompts[index]]
+    return sum(peers) / len(peers) if peers else 0.0
 
 
 def _text(completion: Any) -> str:

@@ -1,10 +1,15 @@
-"""What the ms-swift side of a job shares within one process: the job, its agent and reward, the
-episode loop, the token client, and the record of finished episodes.
+"""What the ms-swift side of a job shares within one process, built with the worker kit.
 
 ms-swift builds the scheduler, the reward functions and the callback itself, from names, in
-whatever process trains (or serves rollouts); none of them can be handed objects. They find the
-job through the ``AWORLD_SWIFT_JOB`` environment variable (the serialized job the launcher wrote),
-and :func:`get_runtime` builds everything from it once per process.
+whatever process trains or serves rollouts; none of them can be handed objects. They find the job
+through ``AWORLD_SWIFT_JOB`` (the serialized job the launcher wrote), and :func:`get_runtime`
+loads it once per process (``load_job``). Each side builds only what it uses:
+
+* the rollout side (the scheduler; in server mode the ``swift rollout`` server): the agent
+  (``build_agent``), the token client (``build_token_llm``), an ``EpisodeRunner``, the episode loop
+  and the record of finished episodes;
+* the trainer side (the reward functions and the callback): the group policy
+  (``GroupPolicy.from_job``), the all-failed stop (``FailedSteps``) and the step metrics.
 """
 
 from __future__ import annotations
@@ -20,13 +25,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import Episode, Sample
+from aworld_core.worker import FailedSteps, GroupPolicy, load_job
 
 if TYPE_CHECKING:
     from aworld_core.export import JsonlEpisodeWriter
+    from aworld_core.runtime.loop_thread import LoopThread
+    from aworld_core.worker import EpisodeRunner
+    from aworld_swift.trajectory import RequestRecorder
 
 JOB_ENV = "AWORLD_SWIFT_JOB"
 TRAJECTORIES_FILE = "trajectories.jsonl"
 OPTIONS_KEY = "aworld"  # backends.swift.aworld: our options; every other key goes to ms-swift
+# ms-swift samples one turn of the whole batch at once, so every trajectory's episode must be
+# running: the runner's cap on concurrent episodes (rollout.concurrency) would deadlock it
+UNBOUNDED = 1 << 30
 
 
 class SwiftOptions(BaseModel):
@@ -55,114 +67,77 @@ class SwiftOptions(BaseModel):
             ) from None
 
 
-class StepStats:
-    """Episode counts since they were last read (one training step's worth, for the logs)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.reset()
-
-    def reset(self) -> None:
-        self.episodes = self.failed = self.untrained = self.llm_calls = self.tool_calls = self.tool_errors = 0
-
-    def add(self, episode: Episode, trained: bool) -> None:
-        with self._lock:
-            self.episodes += 1
-            self.failed += 0 if episode.status.trainable else 1
-            self.untrained += 0 if trained else 1
-            self.llm_calls += len(episode.steps)
-            for step in episode.steps:
-                self.tool_calls += len(step.exp_data.actions)
-                self.tool_errors += sum(1 for r in step.exp_data.state.action_result if r.is_error)
-
-    def pop(self) -> dict[str, float]:
-        with self._lock:
-            if not self.episodes:
-                return {}
-            n = self.episodes
-            metrics = {
-                "aworld/failed_rate": self.failed / n,
-                "aworld/untrained_rate": self.untrained / n,
-                "aworld/llm_calls": self.llm_calls / n,
-                "aworld/tool_calls": self.tool_calls / n,
-                "aworld/tool_error_rate": self.tool_errors / self.tool_calls if self.tool_calls else 0.0,
-            }
-            self.reset()
-            return metrics
-
-
 class SwiftRuntime:
-    """The job's agent, reward, episode loop and token client in this process."""
+    """The job in this process, and what the rollout and trainer sides build from it (lazily)."""
 
     def __init__(self, job: Any, job_path: Path | None = None):
-        from aworld_core.plugins import get_plugin_manager
-        from aworld_core.rewards.registry import RewardStats
-        from aworld_core.runtime.loop_thread import LoopThread
-        from aworld_core.settings import get_settings
         from aworld_swift.trajectory import SwiftTurnEngine
 
-        if job.reward is None:
+        self.job = load_job(job)
+        if self.job.reward is None:
             raise UsageError("the swift backend needs a reward in the job config (e.g. reward: {name: gsm8k})")
-        self.job = job
-        self.options = SwiftOptions.from_job(job)
-        self.manager = get_plugin_manager()
-        self.agent = self.manager.hook.build_agents(job=job, settings=get_settings())
-        if self.agent is None:
-            raise UsageError("no agent: set 'agent' (fields or factory) in the job config")
-        self.reward = job.reward
-        self.reward_stats = RewardStats()
-        self.step_stats = StepStats()
+        self.options = SwiftOptions.from_job(self.job)
+        self.policy = GroupPolicy.from_job(self.job)
+        self.failed_steps = FailedSteps(self.policy.max_failed_steps)
         self.engine = SwiftTurnEngine()
-        self.loop = LoopThread("aworld-swift")
-        self.max_turns: int | None = None  # ms-swift's --max_turns, set by the scheduler
-        self._llm: Any = None
+        self.trainer: Any = None  # ms-swift's trainer, set by the aworld callback (trainer side)
+        self.judged: tuple[tuple[str, ...], Any] | None = None  # the last batch the reward functions judged
+        self.last_metrics: dict[str, float] = {}  # that batch's aworld/* metrics
+        self._loop: LoopThread | None = None
+        self._llm: RequestRecorder | None = None
+        self._runner: EpisodeRunner | None = None
         self._lock = threading.Lock()
         self._episodes: OrderedDict[str, tuple[Episode, Sample]] = OrderedDict()
-        folder = job_path.parent if job_path is not None else Path(job.resolved_output_dir())
+        folder = job_path.parent if job_path is not None else Path(self.job.resolved_output_dir())
         # opened on the first episode: a process that runs none (the trainer beside a rollout server)
         # writes nothing; appended to, since several processes may share the folder
-        self.trajectories_path = folder / _per_rank(TRAJECTORIES_FILE) if self.options.trajectories else None
+        self.trajectories_path = folder / _per_process(TRAJECTORIES_FILE) if self.options.trajectories else None
         self.writer: JsonlEpisodeWriter | None = None
         atexit.register(self.close)
 
-    # -- the token client --------------------------------------------------------------------------
+    # -- the rollout side --------------------------------------------------------------------------
 
-    def token_llm(self, tokenizer: Any) -> Any:
-        """The process's token client over ``tokenizer`` (ms-swift's: ids must be its ids)."""
-        from aworld_swift.trajectory import SwiftTokenLLM
+    @property
+    def loop(self) -> LoopThread:
+        """The process's episode loop: a daemon thread, since ms-swift drives its hooks from
+        short-lived loops and would close MCP sessions with them."""
+        with self._lock:
+            if self._loop is None:
+                from aworld_core.runtime.loop_thread import LoopThread
+
+                self._loop = LoopThread("aworld-swift")
+            return self._loop
+
+    def runner(self, tokenizer: Any) -> EpisodeRunner:
+        """The process's ``EpisodeRunner``: the job's agent over the token client built on
+        ``tokenizer`` (ms-swift's: the ids must be its ids), built on first use."""
+        from aworld_core.worker import EpisodeRunner, build_agent, build_token_llm
+        from aworld_swift.trajectory import RequestRecorder
 
         with self._lock:
-            if self._llm is None:
+            if self._runner is None:
                 if tokenizer is None:
                     raise UsageError("ms-swift gave the aworld scheduler no tokenizer")
-                model = self.job.model
-                template = self.job.resolve_path(model.chat_template) if model and model.chat_template else None
-                self._llm = SwiftTokenLLM(
-                    self.engine,
-                    tokenizer,
-                    chat_template=template,
-                    tool_parser=model.tool_parser if model else "hermes",
-                    require_logprobs=False,  # ms-swift's transformers engine samples without logprobs
-                    model_name="aworld-swift-policy",
-                )
-            return self._llm
+                llm = build_token_llm(self.engine, tokenizer, self.job, model_name="aworld-swift-policy",
+                                      require_logprobs=False)  # ms-swift's transformers engine may report none
+                self._llm = RequestRecorder(llm)
+                self._runner = EpisodeRunner.from_job(self.job, self._llm, agent=build_agent(self.job),
+                                                      concurrency=UNBOUNDED)
+            return self._runner
+
+    @property
+    def llm(self) -> RequestRecorder:
+        if self._llm is None:
+            raise UsageError("the aworld token client is not set up yet (the scheduler creates it)")
+        return self._llm
 
     @property
     def tokenizer(self) -> Any:
         """ms-swift's tokenizer, once the scheduler has set up the token client (else None)."""
         return None if self._llm is None else self._llm.tokenizer
 
-    @property
-    def llm(self) -> Any:
-        if self._llm is None:
-            raise UsageError("the aworld token client is not set up yet (the scheduler creates it)")
-        return self._llm
-
-    # -- finished episodes -------------------------------------------------------------------------
-
     def record(self, episode: Episode, sample: Sample) -> None:
-        trained = bool((episode.metadata.get("swift") or {}).get("trained"))
-        self.step_stats.add(episode, trained)
+        """Keep a finished episode for the reward functions and write it to the trajectories file."""
         with self._lock:
             self._episodes[episode.id] = (episode, sample)
             while len(self._episodes) > self.options.keep_episodes:
@@ -178,18 +153,31 @@ class SwiftRuntime:
         with self._lock:
             return self._episodes.get(episode_id)
 
+    # -- the trainer side ----------------------------------------------------------------------------
+
+    def training(self) -> bool:
+        """Whether the trainer is in a training step (not evaluating); True without the callback."""
+        model = getattr(self.trainer, "model", None)
+        return True if model is None else bool(getattr(model, "training", True))
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-        self.loop.close()
+        if self._loop is not None:
+            self._loop.close()
 
 
-def _per_rank(name: str) -> str:
-    rank = os.environ.get("RANK")
-    if rank in (None, "", "0"):
-        return name
+def _per_process(name: str) -> str:
+    """``trajectories.jsonl`` for the main process; other training ranks and rollout-server
+    workers get their own file (``.rank<N>`` / ``.rollout<N>``)."""
     stem, _, ext = name.rpartition(".")
-    return f"{stem}.rank{rank}.{ext}"
+    rank = os.environ.get("RANK")
+    if rank not in (None, "", "0"):
+        return f"{stem}.rank{rank}.{ext}"
+    worker = os.environ.get("SWIFT_ROLLOUT_DP_RANK")
+    if worker not in (None, "", "0"):
+        return f"{stem}.rollout{worker}.{ext}"
+    return name
 
 
 _runtime: SwiftRuntime | None = None
@@ -201,19 +189,20 @@ def get_runtime() -> SwiftRuntime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            from aworld_core.config import load_job_config
-
             path = os.environ.get(JOB_ENV)
             if not path:
                 raise UsageError(
                     f"the aworld multi-turn scheduler and reward functions need the job: set {JOB_ENV} to the "
                     f"job file (python -m aworld_core.run --backend swift writes it and sets it; for a "
-                    f"separate 'swift rollout' server set it there too)"
+                    f"'swift rollout' server, use the command the plan prints)"
                 )
             job_path = Path(path)
             if not job_path.is_file():
-                raise UsageError(f"{JOB_ENV}={path} does not name a file; point it at the job's job.json")
-            _runtime = SwiftRuntime(load_job_config(job_path), job_path)
+                raise UsageError(
+                    f"{JOB_ENV}={path} does not name a file; it is written when the job is launched "
+                    f"(python -m aworld_core.run --backend swift --config job.yaml), point it at that job.json"
+                )
+            _runtime = SwiftRuntime(job_path, job_path)
         return _runtime
 
 

@@ -18,10 +18,18 @@ server mode by ``MultiTurnScheduler.run`` on a ``swift rollout`` server):
 
 A trajectory whose episode failed, timed out, or whose reward failed is not trained: every loss
 mask it handed to ms-swift is zeroed, except the label of its last sampled token (ms-swift 4.6's
-GRPO cannot take a sample without one), and the reward functions give it its group's mean reward,
-so its advantage, and with it its policy gradient, is 0. So is a trajectory whose sequence ms-swift
-would train tokens of that were never sampled (its template's end-of-turn suffix right after a
-turn the model ended on a token ms-swift drops, e.g. a pad-equal ``eos``).
+GRPO cannot take a sample without one), and the reward functions give it its group's mean reward
+(the kit's group policy), so its advantage, and with it its policy gradient, is 0. So is a
+trajectory whose sequence ms-swift would train tokens of that were never sampled (its template's
+end-of-turn suffix right after a turn the model ended on a token ms-swift drops, e.g. a pad-equal
+``eos``).
+
+Its rollout logprobs shrink with its labels, to the one kept: every list handed to ms-swift is
+emptied in place, the last turn's come from ``on_turn_end`` (colocate) and from the response
+choice itself (server mode: ``MultiTurnScheduler.run`` reads only ``done`` and ``rollout_infos``
+from ``on_turn_end`` and takes the last turn's logprobs from the choice). So the number of logprobs
+equals the number of labels for every trajectory, and ms-swift keeps rollout importance sampling
+for the batch (one mismatch turns it off for the whole batch).
 """
 
 from __future__ import annotations
@@ -35,10 +43,9 @@ from swift.rollout.multi_turn import MultiTurnScheduler
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import Message, Sample
-from aworld_swift.runtime import get_runtime
+from aworld_swift.rows import SAMPLE_COLUMN
+from aworld_swift.runtime import SwiftRuntime, get_runtime
 from aworld_swift.trajectory import INFO_KEY, Trajectory
-
-SAMPLE_COLUMN = "aworld_sample"  # the dataset column holding each row's Sample (JSON)
 
 
 class AworldScheduler(MultiTurnScheduler):
@@ -46,12 +53,18 @@ class AworldScheduler(MultiTurnScheduler):
 
     def __init__(self, infer_engine: Any = None, max_turns: int | None = None, *args: Any, **kwargs: Any):
         super().__init__(infer_engine, max_turns, *args, **kwargs)
-        self.runtime = get_runtime()
-        if max_turns:
-            self.runtime.max_turns = int(max_turns)
         self.trajectories: dict[str, Trajectory] = {}
         self.suffix_ids: list[int] | None = None
-        self.runtime.token_llm(self.tokenizer)
+        self._runtime: SwiftRuntime | None = None
+
+    @property
+    def runtime(self) -> SwiftRuntime:
+        """The job's runtime, loaded on first use: a ``swift rollout`` server may start before the
+        launch writes the job file."""
+        if self._runtime is None:
+            self._runtime = get_runtime()
+            self._runtime.runner(self.tokenizer)
+        return self._runtime
 
     # -- hooks ------------------------------------------------------------------------------------
 
@@ -60,12 +73,13 @@ class AworldScheduler(MultiTurnScheduler):
 
     async def _start(self, request: Any) -> None:
         sample = sample_of(request)
+        runtime = self.runtime
         stale = self.trajectories.pop(request.uuid, None)
         if stale is not None:
-            await self.runtime.loop.call(stale.abort("ms-swift restarted this trajectory"))
-        trajectory = Trajectory(request.uuid, sample, self.runtime)
+            await runtime.loop.call(stale.abort("ms-swift restarted this trajectory"))
+        trajectory = Trajectory(request.uuid, sample, runtime, max_steps=int(self.max_turns) if self.max_turns else None)
         self.trajectories[request.uuid] = trajectory
-        first = await self.runtime.loop.call(trajectory.start())
+        first = await runtime.loop.call(trajectory.start())
         if trajectory.fatal is not None:
             raise trajectory.fatal
         if first is None:
@@ -96,10 +110,10 @@ class AworldScheduler(MultiTurnScheduler):
             return {"done": False}
         info = await loop.call(trajectory.conclude())
         trajectory.final = True
-        if trajectory.untrainable is None:
-            final_logprobs = list(logprobs or [])
-        else:  # only the last sampled token keeps its label (see get_response_token_data)
-            final_logprobs = [logprobs[-1]] if logprobs and sampled else []
+        final_logprobs = list(logprobs or [])
+        if trajectory.untrainable is not None:  # only the last sampled token keeps its label
+            final_logprobs = final_logprobs[-1:] if sampled else []
+            keep_last_logprob(response_choice)
         return {"done": True, "rollout_infos": {INFO_KEY: info}, "rollout_logprobs": final_logprobs}
 
     def check_finished(self, infer_request: Any, response_choice: Any, current_turn: int) -> bool:
@@ -118,7 +132,9 @@ class AworldScheduler(MultiTurnScheduler):
         result: dict[str, Any] = {"infer_request": infer_request, "response_token_ids": ids,
                                   "response_loss_mask": mask}
         logprobs = None
-        if trajectory.turn_logprobs and trajectory.untrainable is None:
+        if trajectory.turn_logprobs:
+            # handed over even when the trajectory is already untrainable: ms-swift then keeps this very
+            # list (and extends it), which lets the trajectory empty it in place when it concludes
             logprobs = list(trajectory.turn_logprobs)
             result["rollout_logprobs"] = logprobs
         trajectory.keep(mask, logprobs)
@@ -181,6 +197,15 @@ class AworldScheduler(MultiTurnScheduler):
             return [int(i) for i in encoded["input_ids"]]
         except Exception:  # only the exported view's prompt depends on it
             return None
+
+
+def keep_last_logprob(response_choice: Any) -> None:
+    """Trim the choice's logprobs to its last token, the one label an untrained trajectory keeps:
+    server mode's ``run()`` takes the last turn's logprobs from the choice, and ms-swift falls back
+    to the choice's when a trajectory has none."""
+    logprobs = response_choice.logprobs
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+        response_choice.logprobs = {**logprobs, "content": logprobs["content"][-1:]}
 
 
 def sample_of(request: Any) -> Sample:

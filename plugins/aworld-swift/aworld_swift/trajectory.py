@@ -2,40 +2,37 @@
 
 ms-swift owns the generation loop: each turn it samples a continuation for every trajectory of
 the batch, then calls the scheduler's hooks. The agent, though, is the core's: its episode runs
-through the core's ``rollout`` hook (``run_episode``: the agent's system prompt and tools, MCP
-calls, swarms, step limit, timeout, the ``Episode`` record) with a :class:`SwiftTokenLLM` whose
-engine does not sample at all. Each generation the episode asks for is parked until ms-swift has
-sampled that turn; the scheduler hands the sampled ids back, the episode parses them, runs the
-tool calls and asks for the next generation, and the ids the token client put between the two
-generations (the tool results and the next generation prompt, rendered by the model's chat
-template) are what the scheduler appends to ms-swift's sequence with loss mask 0.
+through the worker kit's ``EpisodeRunner`` (the ``rollout`` hook, failures recorded, scored) with
+a token client whose engine (:class:`SwiftTurnEngine`) does not sample at all. Each generation the
+episode asks for is parked until ms-swift has sampled that turn; the scheduler hands the sampled
+ids back, the episode parses them, runs the tool calls and asks for the next generation, and the
+ids the token client put between the two generations (the tool results and the next generation
+prompt, rendered by the model's chat template) are what the scheduler appends to ms-swift's
+sequence with loss mask 0.
 
-So the sequence ms-swift trains is, token for token, the one ``TokenLLM`` accumulated: the sampled
-ids exactly as ms-swift returned them (mask 1) and the environment ids between them (mask 0).
+So the sequence ms-swift trains is, token for token, the one the token client accumulated: the
+sampled ids exactly as ms-swift returned them (mask 1) and the environment ids between them (mask 0).
 
 Nothing here imports ms-swift: :mod:`aworld_swift.scheduler` adapts this to ms-swift's hooks.
-Everything async here runs on the process's episode loop (:class:`~aworld_core.runtime.loop_thread.LoopThread`).
+Everything async here runs on the process's episode loop (``SwiftRuntime.loop``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from dataclasses import dataclass
+from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
-from aworld_core.errors import LLMError, MCPConnectionError, UsageError
+from aworld_core.errors import LLMError, UsageError
 from aworld_core.llm.base import LLMResponse
-from aworld_core.plugins import maybe_await
-from aworld_core.schemas import Episode, EpisodeStatus, Message, Sample, SamplingParams
+from aworld_core.schemas import Episode, EpisodeStatus, Message, RolloutContext, Sample, SamplingParams
 from aworld_core.tokens.engine import LENGTH, STOP, TokenOutput
-from aworld_core.tokens.llm import TokenLLM
+from aworld_core.worker import untrainable_reason
 
 if TYPE_CHECKING:
     from aworld_swift.runtime import SwiftRuntime
-
-logger = logging.getLogger(__name__)
 
 INFO_KEY = "aworld"  # the key of our entry in ms-swift's per-trajectory ``rollout_infos``
 
@@ -95,20 +92,22 @@ class SwiftTurnEngine:
         return await bridge.turn(prompt_ids)
 
 
-class SwiftTokenLLM(TokenLLM):
-    """``TokenLLM`` that also remembers each session's latest request (messages and tools):
-    ms-swift renders the first prompt itself, from the messages the episode really starts with."""
+class RequestRecorder:
+    """The kit's token client, remembering each session's latest request (messages and tools):
+    ms-swift renders a trajectory's first prompt itself, from the messages the episode really
+    starts with. Everything else is the token client's own."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, llm: Any):
+        self.llm = llm
         self._requests: dict[str, tuple[list[Message], list[dict[str, Any]] | None]] = {}
+        self._lock = threading.Lock()
 
     async def chat(self, messages: list[Message], tools: list[dict[str, Any]] | None = None,
                    sampling: SamplingParams | None = None, *, session_id: str | None = None) -> LLMResponse:
         if session_id is not None:
             with self._lock:
                 self._requests[session_id] = (list(messages), tools)
-        return await super().chat(messages, tools, sampling, session_id=session_id)
+        return await self.llm.chat(messages, tools, sampling, session_id=session_id)
 
     def request_of(self, session_id: str) -> tuple[list[Message], list[dict[str, Any]] | None]:
         with self._lock:
@@ -117,7 +116,10 @@ class SwiftTokenLLM(TokenLLM):
     def finish_session(self, session_id: str) -> Any:
         with self._lock:
             self._requests.pop(session_id, None)
-        return super().finish_session(session_id)
+        return self.llm.finish_session(session_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.llm, name)
 
 
 class Trajectory:
@@ -127,10 +129,11 @@ class Trajectory:
     fields (``turn_sampled``, ``turn_env``, ...) they set.
     """
 
-    def __init__(self, uuid: str, sample: Sample, runtime: SwiftRuntime):
+    def __init__(self, uuid: str, sample: Sample, runtime: SwiftRuntime, max_steps: int | None = None):
         self.uuid = uuid
         self.sample = sample
         self.runtime = runtime
+        self.max_steps = max_steps
         self.episode_id = f"ep-swift-{uuid}"
         self.bridge: TrajectoryBridge | None = None
         self.task: asyncio.Task[None] | None = None
@@ -146,8 +149,8 @@ class Trajectory:
         self.final = False  # ms-swift ends the trajectory after this turn
         self.swift_prompt_ids: list[int] | None = None  # the prompt as ms-swift rendered it
         self.info: dict[str, Any] = {}
-        # the mask / logprob lists handed to ms-swift, zeroed in place if the trajectory turns out
-        # untrainable (ms-swift keeps them by reference until the trajectory's output is built)
+        # the mask / logprob lists handed to ms-swift, zeroed / emptied in place if the trajectory turns
+        # out untrainable (ms-swift keeps and extends them by reference until the trajectory's output is built)
         self.masks: list[list[int]] = []
         self.logprob_lists: list[list[float]] = []
 
@@ -168,40 +171,27 @@ class Trajectory:
         return self.runtime.llm.request_of(self.episode_id)
 
     async def _run_episode(self) -> None:
+        """The episode through the kit's runner: always finished and scored, never notified here."""
         assert self.bridge is not None
-        episode: Episode | None = None
+        runner = self.runtime.runner(None)
+        context = RolloutContext(episode_id=self.episode_id, max_steps=self.max_steps, extras={"swift_uuid": self.uuid})
         fatal: UsageError | None = None
-        runtime = self.runtime
-        context: dict[str, Any] = {"episode_id": self.episode_id, "timeout": runtime.job.rollout.episode_timeout_s}
-        if runtime.max_turns is not None:
-            context["max_steps"] = runtime.max_turns
         try:
-            result = runtime.manager.hook.rollout(agent=runtime.agent, sample=self.sample, llm=runtime.llm,
-                                                  context=context)
-            if result is None:
-                raise UsageError("no plugin answered the rollout hook; is aworld-core installed correctly?")
-            episode = await maybe_await(result)
-        except UsageError as exc:
+            episode = await runner.run(self.sample, context, notify=False)
+        except UsageError as exc:  # a configuration error every episode would hit: stops training
             fatal = exc
-            episode = self._failed(f"UsageError: {exc}")
-        except MCPConnectionError as exc:  # the tool server is down or refused us: this episode failed
-            episode = self._failed(f"MCPConnectionError: {exc}")
-        except asyncio.CancelledError as exc:
-            episode = getattr(exc, "episode", None) or self._failed("the episode was cancelled")
-            if episode.status is EpisodeStatus.RUNNING:
-                episode.finish(EpisodeStatus.CANCELLED, "the episode was cancelled")
-        except Exception as exc:  # a rollout plugin raised instead of recording the failure
-            logger.warning("episode %s raised %s: %s", self.episode_id, type(exc).__name__, exc)
-            episode = self._failed(f"{type(exc).__name__}: {exc}")
+            episode = self._failed(EpisodeStatus.FAILED, f"UsageError: {exc}")
+        except asyncio.CancelledError:  # abort() cancelled it while no generation was pending
+            episode = self._failed(EpisodeStatus.CANCELLED, "ms-swift ended the trajectory while the episode ran")
         finally:
-            runtime.engine.detach(self.episode_id)
-        if episode.status is not EpisodeStatus.SUCCESS:
-            runtime.llm.finish_session(self.episode_id)  # drop whatever was sampled
+            self.runtime.engine.detach(self.episode_id)
         self.bridge.events.put_nowait(EpisodeDone(episode, fatal))
 
-    def _failed(self, error: str) -> Episode:
-        episode = Episode(id=self.episode_id, task_id=self.sample.id, agent_id=getattr(self.runtime.agent, "name", "agent"))
-        episode.finish(EpisodeStatus.FAILED, error)
+    def _failed(self, status: EpisodeStatus, error: str) -> Episode:
+        self.runtime.llm.finish_session(self.episode_id)  # nothing it sampled may train
+        episode = Episode(id=self.episode_id, task_id=self.sample.id,
+                          agent_id=getattr(self.runtime.runner(None).agent, "name", "agent"))
+        episode.finish(status, error)
         return episode
 
     def _ended(self, event: EpisodeDone) -> None:
@@ -261,33 +251,32 @@ class Trajectory:
                 event.future.set_exception(LLMError(reason))
 
     async def conclude(self) -> dict[str, Any]:
-        """Score the finished episode with the core's reward, record it, and say what ms-swift
-        gets: the ``rollout_infos`` entry the reward functions read."""
-        from aworld_core.rewards.registry import score_episode
-
+        """Settle the finished (and scored) episode: what trains, its record, ``on_episode_end``
+        (once), and the ``rollout_infos`` entry ms-swift carries to the reward functions."""
         episode = self.episode
         assert episode is not None
         runtime = self.runtime
-        await score_episode(episode, self.sample, runtime.reward, base_dir=runtime.job.base_dir,
-                            stats=runtime.reward_stats, plugin_manager=runtime.manager)
-        if not episode.status.trainable:
-            self.mark_untrainable(f"the episode {episode.status.value}: {episode.error}")
-        elif episode.reward is None:
-            errors = "; ".join(f"{k}: {v}" for k, v in episode.reward_errors.items())
-            self.mark_untrainable(f"its reward failed ({errors})")
+        if self.untrainable is not None:
+            # ms-swift would train ids that were never sampled (see the scheduler): no view to train
+            episode.training = None
+        reason = untrainable_reason(episode)
+        if reason is not None:
+            self.mark_untrainable(self.untrainable or _describe(reason, episode))
         if episode.training is not None and self.swift_prompt_ids is not None:
             # the response is what ms-swift trains; the prompt is ms-swift's rendering, not the chat template's
             episode.training = episode.training.model_copy(update={"prompt_ids": list(self.swift_prompt_ids)})
         episode.metadata["swift"] = {"uuid": self.uuid, "turns": self.turns, "trained": self.untrainable is None,
                                      "untrainable": self.untrainable}
         self.info = trajectory_info(episode, self.untrainable)
+        await runtime.runner(None).notify(episode)
         runtime.record(episode, self.sample)
         return self.info
 
     # -- the ms-swift side (any thread) -------------------------------------------------------------
 
     def mark_untrainable(self, reason: str) -> None:
-        """Nothing of this trajectory is trained: zero every mask already handed to ms-swift."""
+        """Nothing of this trajectory is trained: zero every mask and empty every logprob list
+        already handed to ms-swift (again at the end: ms-swift extends them turn by turn)."""
         if self.untrainable is None:
             self.untrainable = reason
         for mask in self.masks:
@@ -303,13 +292,30 @@ class Trajectory:
             self.logprob_lists.append(logprobs)
 
 
+def _describe(reason: str, episode: Episode) -> str:
+    if episode.status is not EpisodeStatus.SUCCESS:
+        return f"the episode {episode.status.value}: {episode.error}"
+    if episode.reward_errors:
+        return "its reward failed (" + "; ".join(f"{k}: {v}" for k, v in episode.reward_errors.items()) + ")"
+    return reason.replace("_", " ")
+
+
+def mask_runs(mask: list[int]) -> list[list[int]]:
+    """``mask`` as ``[value, count]`` runs (a few numbers per turn)."""
+    return [[value, len(list(run))] for value, run in groupby(mask)]
+
+
 def trajectory_info(episode: Episode, untrainable: str | None) -> dict[str, Any]:
-    """What reward functions (and logs) see of an episode; plain JSON, since in server mode it
-    travels from the rollout server to the trainer."""
+    """What the trainer sees of an episode (its reward functions, the group policy, the logs):
+    plain JSON, since in server mode it travels from the rollout server to the trainer. With the
+    mask of its training view (as runs) the trainer rebuilds the episode's record (see
+    :func:`aworld_swift.rewards.episode_record`)."""
     results = [r for step in episode.steps for r in step.exp_data.state.action_result]
+    view = episode.training
     return {
         "episode_id": episode.id,
         "task_id": episode.task_id,
+        "agent_id": episode.agent_id,
         "status": episode.status.value,
         "error": episode.error,
         "stop": episode.metadata.get("stop"),
@@ -318,7 +324,9 @@ def trajectory_info(episode: Episode, untrainable: str | None) -> dict[str, Any]
         "reward_errors": dict(episode.reward_errors),
         "trained": untrainable is None,
         "untrainable": untrainable,
+        "mask_runs": None if view is None else mask_runs(view.response_mask),
         "llm_calls": len(episode.steps),
         "tool_calls": sum(len(step.exp_data.actions) for step in episode.steps),
+        "tool_results": len(results),
         "tool_errors": sum(1 for r in results if r.is_error),
     }
