@@ -18,3 +18,12 @@ def slow(data_source: str, solution_str: str, ground_truth: Any, extra_info: dic
 
 def says_five(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any]) -> float:
     return 1.0 if "5" in solution_str else 0.0
+
+
+def scripted(episode: Any, sample: Any) -> float:
+    """Trajectory-aware: the reward listed for this member (``extra_info["rewards"][group_index]``);
+    ``None`` there makes the reward raise, so that member fails."""
+    value = sample.extra_info["rewards"][episode.metadata["group_index"]]
+    if value is None:
+        raise ValueError(f"scripted failure of member {episode.metadata['group_index']}")
+    return float(value)

@@ -13,14 +13,16 @@ import pytest
 import yaml
 from areal.api.cli_args import GRPOConfig, load_expr_config
 from areal.infra.rpc.serialization import deserialize_value, serialize_value
-from areal_fake_engine import FakeArealEngine
+from areal_sglang_server import submit_all
 from areal_tool_model import QUESTION, job_dict
 
 from aworld_areal.plugin import CONFIG_FILE, JOB_FILE, plan_launch
-from aworld_areal.train import WORKFLOW, split_job_arg, workflow_kwargs
+from aworld_areal.train import split_job_arg, workflow_kwargs
 from aworld_core.config import load_job_config
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.launch import write_plan_files
+
+pytest_plugins = ["areal_fixtures"]  # the sglang_server and real_engine fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "gsm8k_areal" / "job.yaml"
@@ -144,29 +146,28 @@ def test_split_job_arg():
         split_job_arg(["--config", "c.yaml"])
 
 
-def test_workflow_kwargs_cross_areal_rpc_and_run_an_episode(tmp_path, tool_model_dir, mcp_server):
-    """What train.py hands PPOTrainer survives AReaL's RPC serialization and runs in a 'worker'."""
+def test_workflow_kwargs_cross_areal_rpc_and_run_a_group(tmp_path, tool_model_dir, mcp_server, real_engine):
+    """What train.py hands PPOTrainer survives AReaL's RPC serialization and runs in a worker, through
+    RemoteInfEngine.submit (the workflow built there from its import path and these kwargs)."""
     data = write_rows(tmp_path / "train.jsonl")
     job = load_job_config(
         data=job_dict(
             tool_model_dir,
             mcp_server,
             train_dataset={"path": str(data)},
-            backends={"areal": {"gconfig": {"greedy": True, "max_new_tokens": 48}, "workflow": {"turn_discount": 0.5, "reward_processes": 0}}},
+            backends={"areal": {"gconfig": {"greedy": True, "max_new_tokens": 48, "n_samples": 2},
+                                "workflow": {"turn_discount": 0.5, "reward_processes": 0}}},
         )
     )
     _, out = planned(job, tmp_path)
     config, _ = load_expr_config(["--config", str(out / CONFIG_FILE)], GRPOConfig)
     kwargs = workflow_kwargs(load_job_config(out / JOB_FILE), config.gconfig, config.tokenizer_path)
     json.dumps(kwargs)  # plain JSON, nothing pickled
-    assert kwargs["turn_discount"] == 0.5 and kwargs["reward_processes"] == 0
+    assert kwargs["turn_discount"] == 0.5 and kwargs["reward_processes"] == 0 and kwargs["gconfig"]["n_samples"] == 2
     received = deserialize_value(serialize_value(kwargs))
 
-    from areal.utils.dynamic_import import import_from_string
-
-    workflow = import_from_string(WORKFLOW)(**received)
-    out_tensors = asyncio.run(workflow.arun_episode(FakeArealEngine(tool_model_dir), {"question": QUESTION, "answer": "5"}))
-    assert out_tensors is not None and out_tensors["rewards"].tolist() == [0.5]
+    (group,) = submit_all(real_engine, [{"question": QUESTION, "answer": "5"}], received)
+    assert group is not None and group["rewards"].tolist() == [0.5, 0.5]  # the group: n_samples rows
 
     eval_kwargs = workflow_kwargs(job.model_copy(update={"backends": {"areal": {"workflow": {"eval_temperature": 0.6}}}}),
                                   config.eval_gconfig, config.tokenizer_path, eval=True)
@@ -222,12 +223,12 @@ def test_cli_dry_run_prints_the_command_and_files_and_writes_nothing(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_prepare_builds_what_ppotrainer_gets_and_a_row_runs_as_an_episode(tmp_path, tool_model_dir, mcp_server):
+def test_prepare_builds_what_ppotrainer_gets_and_a_row_runs_as_a_group(tmp_path, tool_model_dir, mcp_server,
+                                                                        real_engine):
     """Everything main() hands PPOTrainer, from the planned files; then one dataset row, as AReaL's
-    dataloader yields it, through the workflow built from those kwargs."""
+    dataloader yields it, submitted as PPOTrainer submits it (group_size=gconfig.n_samples)."""
     from aworld_areal.data import SAMPLE_COLUMN
     from aworld_areal.train import prepare
-    from aworld_areal.workflow import AworldWorkflow
 
     data = write_rows(tmp_path / "rows.jsonl")
     job = load_job_config(
@@ -241,18 +242,36 @@ def test_prepare_builds_what_ppotrainer_gets_and_a_row_runs_as_an_episode(tmp_pa
     )
     _, out = planned(job, tmp_path)
     prepared = prepare(["--config", str(out / CONFIG_FILE), "--job", str(out / JOB_FILE), "gconfig.n_samples=2"])
-    assert prepared.config.gconfig.n_samples == 2 and prepared.workflow_kwargs["gconfig"]["n_samples"] == 2
+    # the workflow forms the group (2 members); AReaL must not group it again
+    assert prepared.group_size == 2 and prepared.workflow_kwargs["gconfig"]["n_samples"] == 2
+    assert prepared.config.gconfig.n_samples == 1 and prepared.config.eval_gconfig.n_samples == 1
+    assert prepared.config.actor.reward_norm.group_size == 2  # AReaL's stride: the group's rows
+    assert prepared.workflow_kwargs["groups_per_step"] == prepared.config.train_dataset.batch_size
     assert len(prepared.train_dataset) == 2 and len(prepared.valid_dataset) == 2
     assert set(prepared.train_dataset.column_names) == {"id", SAMPLE_COLUMN}
     assert prepared.eval_workflow_kwargs is not None
     json.dumps(prepared.workflow_kwargs)
 
-    workflow = AworldWorkflow(**deserialize_value(serialize_value(prepared.workflow_kwargs)))
-    row = prepared.train_dataset[0]
-    out_tensors = asyncio.run(workflow.arun_episode(FakeArealEngine(tool_model_dir), row))
-    assert out_tensors is not None and out_tensors["rewards"].tolist() == [1.0]
+    kwargs = deserialize_value(serialize_value(prepared.workflow_kwargs))
+    (group,) = submit_all(real_engine, [prepared.train_dataset[0]], kwargs, group_size=prepared.config.gconfig.n_samples)
+    assert group is not None and group["rewards"].tolist() == [1.0, 1.0]
 
     incomplete = load_job_config(data={"model": {"path": str(tool_model_dir)}, "train_dataset": {"path": str(data)}})
     (out / "incomplete.json").write_text(incomplete.model_dump_json())
     with pytest.raises(UsageError, match="reward.name"):
         prepare(["--config", str(out / CONFIG_FILE), "--job", str(out / "incomplete.json")])
+
+
+def test_a_group_norm_stride_other_than_the_group_size_is_refused(tmp_path, tool_model_dir, mcp_server):
+    from aworld_areal.train import prepare
+
+    data = write_rows(tmp_path / "rows.jsonl")
+    job = load_job_config(data=job_dict(tool_model_dir, mcp_server, train_dataset={"path": str(data)}))
+    _, out = planned(job, tmp_path)
+    args = ["--config", str(out / CONFIG_FILE), "--job", str(out / JOB_FILE), "gconfig.n_samples=4"]
+    with pytest.raises(UsageError, match=r"actor\.reward_norm\.group_size is 3 but gconfig\.n_samples is 4"):
+        prepare([*args, "actor.reward_norm.group_size=3"])
+    with pytest.raises(UsageError, match=r"actor\.adv_norm\.group_size"):
+        prepare([*args, "actor.adv_norm.mean_level=group", "+actor.adv_norm.group_size=2"])
+    assert prepare([*args, "actor.reward_norm.mean_level=batch", "actor.reward_norm.std_level=batch",
+                    "actor.reward_norm.group_size=3"]).group_size == 4  # batch-level: no stride

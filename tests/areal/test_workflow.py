@@ -1,4 +1,8 @@
-"""``AworldWorkflow`` on a real tiny model, a real MCP server, and AReaL's own classes."""
+"""``AworldWorkflow`` on a real tiny model, a real MCP server, and AReaL's own classes.
+
+These tests call ``arun_episode`` with ``FakeArealEngine`` (which records every request); the
+tests in ``test_dispatch.py`` go through AReaL's real ``RemoteInfEngine.submit``.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +15,24 @@ import torch
 from areal.api.cli_args import GenerationHyperparameters
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 from areal.infra.workflow_executor import check_trajectory_format
-from areal.utils.data import concat_padded_tensors
 from areal_fake_engine import FakeArealEngine
 from areal_tool_model import ANSWER_TEXT, QUESTION, job_dict, make_workflow
 
 from aworld_areal.data import SAMPLE_COLUMN, sample_rows
-from aworld_areal.workflow import REJECT_FAILED, REJECT_MCP, REJECT_REWARD
+from aworld_areal.workflow import MCP_UNREACHABLE, close_workflow_states
+from aworld_core.errors import UsageError
 
 REWARDS = Path(__file__).resolve().parent / "areal_rewards.py"
 GSM8K_ROW = {"question": QUESTION, "answer": "2 + 3 = 5\n#### 5"}
 KEYS = {"input_ids", "attention_mask", "loss_mask", "logprobs", "versions", "rewards"}
+
+
+@pytest.fixture(autouse=True)
+def fresh_states():
+    """Workflow state (counters included) is per process; each test starts from none."""
+    close_workflow_states()
+    yield
+    close_workflow_states()
 
 
 def run(workflow, engine, data=GSM8K_ROW):
@@ -116,23 +128,23 @@ def test_failed_llm_call_rejects_the_episode(tool_model_dir, mcp_server):
     workflow = make_workflow(tool_model_dir, mcp_server)
     engine = FakeArealEngine(tool_model_dir, fail_with=RuntimeError("sglang server went away"))
     assert run(workflow, engine) is None
-    assert workflow.rejected == {REJECT_FAILED: 1} and workflow.accepted == 0
+    assert workflow.rejected == {"failed": 1} and workflow.accepted == 0
     assert "sglang server went away" in workflow.recent_rejections[-1][2]
 
 
 def test_timed_out_episode_is_rejected(tool_model_dir, mcp_server):
     workflow = make_workflow(tool_model_dir, mcp_server, episode_timeout_s=0.3)
     assert run(workflow, FakeArealEngine(tool_model_dir, delay_s=5.0)) is None
-    assert workflow.rejected == {REJECT_FAILED: 1}
+    assert workflow.rejected == {"timeout": 1}
 
 
 def test_failing_reward_rejects_instead_of_scoring_zero(tool_model_dir, mcp_server):
     job = job_dict(tool_model_dir, mcp_server, reward={"name": f"{REWARDS}:broken"})
     workflow = make_workflow(tool_model_dir, mcp_server, job=job)
     assert run(workflow, FakeArealEngine(tool_model_dir)) is None
-    assert workflow.rejected == {REJECT_REWARD: 1}
+    assert workflow.rejected == {"reward_failed": 1}
     reason, episode_id, detail = workflow.recent_rejections[-1]
-    assert reason == REJECT_REWARD and episode_id.startswith("ep-")
+    assert reason == "reward_failed" and episode_id.startswith("ep-")
     assert "ValueError: this reward always fails" in detail
 
 
@@ -142,35 +154,40 @@ def test_unreachable_mcp_server_rejects_the_episode(tool_model_dir, mcp_server, 
     workflow = make_workflow(tool_model_dir, mcp_server, job=job)
     engine = FakeArealEngine(tool_model_dir)
     assert run(workflow, engine) is None
-    assert workflow.rejected == {REJECT_MCP: 1} and engine.requests == []
+    assert workflow.rejected == {MCP_UNREACHABLE: 1} and engine.requests == []
     assert str(unused_port) in workflow.recent_rejections[-1][2]
 
 
-def test_group_of_episodes_concatenates_with_areal(tool_model_dir, mcp_server):
+def test_one_call_runs_the_whole_group_in_areals_layout(tool_model_dir, mcp_server):
     gconfig = GenerationHyperparameters(n_samples=3, temperature=1.0, max_new_tokens=32, max_tokens=2048)
     workflow = make_workflow(tool_model_dir, mcp_server, gconfig=gconfig)
     engine = FakeArealEngine(tool_model_dir)
+    out = run(workflow, engine)
 
-    async def group():
-        return await asyncio.gather(*(workflow.arun_episode(engine, dict(GSM8K_ROW)) for _ in range(3)))
+    assert check_trajectory_format(out, batch_size=3, expected_keys=KEYS)  # concat_padded_tensors' layout
+    assert out["rewards"].shape == (3,)
+    by_rid = {}
+    for req, resp in zip(engine.requests, engine.responses, strict=True):
+        by_rid.setdefault(req.rid, []).append((req, resp))
+    assert len(by_rid) == 3  # each member is its own engine session
+    # a member's row is its last call's prompt plus what that call sampled, padded to the longest
+    episodes = [list(calls[-1][0].input_ids) + list(calls[-1][1].output_tokens) for calls in by_rid.values()]
+    lengths = out["attention_mask"].sum(-1).tolist()
+    trained = [row for row in range(3) if out["loss_mask"][row].sum() > 0]
+    assert len(trained) == workflow.accepted
+    for row in trained:
+        assert out["input_ids"][row, : lengths[row]].tolist() in episodes
+        assert out["loss_mask"][row, lengths[row] :].sum().item() == 0
+    assert workflow.accepted + sum(workflow.rejected.values()) == 3
 
-    results = asyncio.run(group())
-    assert all(r is not None for r in results)
-    lengths = [r["input_ids"].shape[1] for r in results]
-    batch = concat_padded_tensors(results)
-    assert check_trajectory_format(batch, batch_size=3, expected_keys=KEYS)
-    assert batch["input_ids"].shape == (3, max(lengths)) and batch["rewards"].shape == (3,)
-    for row, (result, n) in enumerate(zip(results, lengths, strict=True)):
-        assert batch["attention_mask"][row].sum().item() == n
-        assert torch.equal(batch["input_ids"][row, :n], result["input_ids"][0])
-        assert torch.equal(batch["loss_mask"][row, :n], result["loss_mask"][0])
-        assert batch["loss_mask"][row, n:].sum().item() == 0
-    # each episode is its own engine session
-    assert len({req.rid for req in engine.requests}) == 3
 
-    grouped = GroupedRolloutWorkflow(workflow, 3, logging.getLogger("test"))
-    out = asyncio.run(grouped.arun_episode(engine, dict(GSM8K_ROW)))
-    assert check_trajectory_format(out, batch_size=3, expected_keys=KEYS)
+def test_a_workflow_areal_groups_again_refuses(tool_model_dir, mcp_server):
+    """Wrapped in AReaL's GroupedRolloutWorkflow (submit(group_size>1)) it would run n x n episodes."""
+    gconfig = GenerationHyperparameters(n_samples=2, greedy=True, max_new_tokens=48, max_tokens=2048)
+    workflow = make_workflow(tool_model_dir, mcp_server, gconfig=gconfig)
+    grouped = GroupedRolloutWorkflow(workflow, 2, logging.getLogger("test"))
+    with pytest.raises(UsageError, match="group_size=1"):
+        asyncio.run(grouped.arun_episode(FakeArealEngine(tool_model_dir), dict(GSM8K_ROW)))
 
 
 @pytest.mark.slow
@@ -186,7 +203,7 @@ def test_rewards_in_a_process_pool(tool_model_dir, mcp_server):
         job = job_dict(tool_model_dir, mcp_server, reward={"name": f"{REWARDS}:slow"})
         workflow = make_workflow(tool_model_dir, mcp_server, job=job, reward_processes=1, reward_timeout_s=0.5)
         assert run(workflow, FakeArealEngine(tool_model_dir)) is None
-        assert workflow.rejected == {REJECT_REWARD: 1}
+        assert workflow.rejected == {"reward_failed": 1}
     finally:
         shutdown_pools()
 
@@ -200,7 +217,12 @@ def test_episode_stats_reach_areals_stats_tracker(tool_model_dir, mcp_server):
     run(workflow, FakeArealEngine(tool_model_dir, fail_with=RuntimeError("down")))
     stats = stats_tracker.get("rollout").export(reset=True)
     assert stats["rollout/aworld/reward"] == 1.0 and stats["rollout/aworld/num_turns"] == 2.0
-    assert stats["rollout/aworld/accepted"] == 0.5 and stats["rollout/aworld/accepted__count"] == 2
+    assert stats["rollout/aworld/accepted"] == 0.5 and stats["rollout/aworld/accepted__count"] == 2  # groups
+    # per-step counts (summed over the step's groups) and rates (averaged)
+    assert stats["rollout/aworld/groups"] == 2 and stats["rollout/aworld/episodes"] == 2
+    assert stats["rollout/aworld/trained"] == 1 and stats["rollout/aworld/untrained/failed"] == 1
+    assert stats["rollout/aworld/untrained/reward_failed"] == 0
+    assert stats["rollout/aworld/failed_rate"] == 0.5 and stats["rollout/aworld/tool_call_rate"] == 0.5
 
 
 OPENAI_AGENT = Path(__file__).resolve().parent / "areal_openai_agent.py"
@@ -227,4 +249,31 @@ def test_openai_api_agent_trains_through_the_gateway(tool_model_dir, mcp_server,
 def test_failing_openai_api_agent_is_rejected(tool_model_dir, mcp_server, agent, why):
     workflow = make_workflow(tool_model_dir, mcp_server, openai_agent=f"{OPENAI_AGENT}:{agent}")
     assert run(workflow, FakeArealEngine(tool_model_dir)) is None
-    assert workflow.rejected == {REJECT_FAILED: 1} and why in workflow.recent_rejections[-1][2]
+    assert workflow.rejected == {"failed": 1} and why in workflow.recent_rejections[-1][2]
+
+
+def test_truncated_episodes_are_not_trained_with_reject_truncated(tool_model_dir, mcp_server):
+    workflow = make_workflow(tool_model_dir, mcp_server, max_response_tokens=8, reject_truncated=True)
+    assert run(workflow, FakeArealEngine(tool_model_dir)) is None
+    assert workflow.rejected == {"truncated": 1}
+    kept = make_workflow(tool_model_dir, mcp_server, max_response_tokens=8)  # trained as cut
+    out = run(kept, FakeArealEngine(tool_model_dir))
+    assert out is not None and out["loss_mask"].sum() > 0
+
+
+def test_max_failed_steps_stops_the_workers_rollouts(tool_model_dir, mcp_server):
+    from aworld_core.errors import AworldError
+
+    job = job_dict(tool_model_dir, mcp_server, rollout={"episode_timeout_s": 60, "max_failed_steps": 2})
+    workflow = make_workflow(tool_model_dir, mcp_server, job=job, groups_per_step=1)
+    down = FakeArealEngine(tool_model_dir, fail_with=RuntimeError("sglang server went away"))
+    assert run(workflow, down) is None  # one step with nothing trainable
+    with pytest.raises(AworldError, match=r"2 consecutive training steps.*sglang server went away.*max_failed_steps"):
+        run(workflow, down)
+    engine = FakeArealEngine(tool_model_dir)
+    with pytest.raises(AworldError, match="max_failed_steps"):  # stopped: no more episodes run
+        run(workflow, engine)
+    assert engine.requests == []
+    # without groups_per_step (a workflow built outside aworld_areal.train) nothing is counted as a step
+    free = make_workflow(tool_model_dir, mcp_server, job=job, turn_discount=0.9)
+    assert [run(free, down) for _ in range(3)] == [None, None, None]

@@ -1,4 +1,5 @@
-"""aworld-areal's hooks: the ``areal`` backend (AReaL 1.0.4 asynchronous GRPO)."""
+"""aworld-areal's hooks: the ``areal`` backend (AReaL 1.0.4 asynchronous GRPO), and the rollout of
+agents written against the OpenAI API (``workflow.openai_agent``)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,16 @@ def _gpus(backend: Any) -> int | None:
     for value in dims.values():
         count *= int(value)
     return count
+
+
+@hookimpl(tryfirst=True)
+def rollout(agent: Any, sample: Any, llm: Any, context: Any) -> Any:
+    """Run an OpenAI-API agent (``workflow.openai_agent``) through the gateway; pass on any other agent."""
+    from aworld_areal.openai_agent import OpenAIAgent, run_openai_episode
+
+    if not isinstance(agent, OpenAIAgent):
+        return None
+    return run_openai_episode(agent, sample, llm, context)
 
 
 @hookimpl

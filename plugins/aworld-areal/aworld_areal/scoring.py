@@ -1,10 +1,10 @@
-"""Scoring finished episodes off the rollout worker's event loop.
+"""The kit's ``scorer=`` for AReaL: the job's reward off the rollout loop, then the turn discount.
 
 AReaL's rollout worker runs hundreds of episodes on one event loop; a reward that parses math
 (or calls a slow verifier) would stall all of them. So rewards can run in a process pool, as
 AReaL's own ``AsyncRewardWrapper`` does; the difference is what happens when one fails: AReaL
 returns 0 after a timeout, here a timed-out or raising reward is recorded on the episode
-(``reward_errors``) and the episode is rejected, never trained with a made-up 0.
+(``reward_errors``), so the kit never trains it, never with a made-up 0.
 
 The pool's workers resolve the reward again by name or import reference (``module:func``,
 ``file.py:func``), which is why rewards travel as strings and must be module-level functions.
@@ -18,10 +18,16 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from aworld_areal.tensors import discounted
 from aworld_core.config import RewardSection
-from aworld_core.plugins import get_plugin_manager, maybe_await
+from aworld_core.errors import UsageError
 from aworld_core.rewards.registry import RewardStats, get_reward_stats, score_episode, validate_reward_value
-from aworld_core.schemas import Episode, Sample
+from aworld_core.schemas import Episode, EpisodeStatus, Sample
+
+# metadata keys the scorer writes on an episode
+UNDISCOUNTED = "reward_undiscounted"
+TRUNCATED = "truncated"  # why a successful episode is not trained (workflow.reject_truncated)
+UNTRAINED = "aworld_areal_untrained"
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
@@ -40,7 +46,7 @@ def _pool(processes: int) -> ProcessPoolExecutor:
 
 
 def shutdown_pools() -> None:
-    """Stop the reward processes (tests; a worker exiting stops them anyway)."""
+    """Stop the reward processes (at shutdown; a worker exiting stops them anyway)."""
     with _POOLS_LOCK:
         pools = list(_POOLS.values())
         _POOLS.clear()
@@ -59,8 +65,14 @@ def score_in_process(
     return {"reward": episode.reward, "rewards": episode.rewards, "reward_errors": episode.reward_errors}
 
 
-class RewardRunner:
-    """Scores episodes with the job's reward: in this process (``processes=0``) or in a pool."""
+class RewardScorer:
+    """``await scorer(episode, sample)``: the job's reward (in this process with ``processes=0``, else
+    in a pool, ``timeout_s`` each), then ``reward * turn_discount ** (turns - 1)``, once.
+
+    The discounted value is the episode's ``reward`` (what AReaL trains on and ``on_episode_end``
+    sees); the undiscounted one is kept in ``metadata["reward_undiscounted"]``. With
+    ``reject_truncated`` an episode cut by the length budget is failed instead of scored.
+    """
 
     def __init__(
         self,
@@ -69,46 +81,49 @@ class RewardRunner:
         base_dir: str | None = None,
         processes: int = 0,
         timeout_s: float = 60.0,
+        turn_discount: float = 1.0,
+        reject_truncated: bool = False,
         stats: RewardStats | None = None,
     ):
         if processes < 0:
-            raise ValueError(f"reward processes must be >= 0, got {processes}")
+            raise UsageError(f"workflow.reward_processes must be >= 0, got {processes}")
         if timeout_s <= 0:
-            raise ValueError(f"reward timeout must be > 0 seconds, got {timeout_s}")
+            raise UsageError(f"workflow.reward_timeout_s must be > 0 seconds, got {timeout_s}")
+        if not 0.0 < turn_discount <= 1.0:
+            raise UsageError(f"workflow.turn_discount must be in (0, 1], got {turn_discount}")
         self.sections = reward if isinstance(reward, list) else [reward]
         self.base_dir = base_dir
         self.processes = processes
         self.timeout_s = timeout_s
+        self.turn_discount = float(turn_discount)
+        self.reject_truncated = reject_truncated
         self.stats = stats if stats is not None else get_reward_stats()
 
-    async def score(self, episode: Episode, sample: Sample) -> Episode:
-        """Score ``episode`` in place and notify ``on_episode_end``; failures stay on the episode."""
+    async def __call__(self, episode: Episode, sample: Sample) -> None:
+        view = episode.training
+        if self.reject_truncated and episode.status.trainable and view is not None and view.truncated:
+            episode.finish(EpisodeStatus.FAILED, "the episode was cut by the length budget (workflow.reject_truncated)")
+            episode.training = None
+            episode.metadata[UNTRAINED] = TRUNCATED
         if self.processes == 0 or not episode.status.trainable:
-            return await score_episode(episode, sample, self.sections, base_dir=self.base_dir, stats=self.stats)
+            await score_episode(episode, sample, self.sections, base_dir=self.base_dir, stats=self.stats, notify=False)
+        else:
+            self._apply(episode, await self._in_pool(episode, sample))
+        if episode.reward is not None and view is not None and episode.training is not None:
+            episode.metadata[UNDISCOUNTED] = episode.reward
+            episode.reward = discounted(episode.reward, view.num_turns, self.turn_discount)
+
+    async def _in_pool(self, episode: Episode, sample: Sample) -> dict[str, Any]:
         specs = [(s.name, s.trajectory_aware) for s in self.sections]
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(
-            _pool(self.processes),
-            score_in_process,
-            specs,
-            self.base_dir,
-            episode.model_dump_json(),
+        future = asyncio.get_running_loop().run_in_executor(
+            _pool(self.processes), score_in_process, specs, self.base_dir, episode.model_dump_json(),
             sample.model_dump_json(),
         )
         try:
-            result = await asyncio.wait_for(future, timeout=self.timeout_s)
+            return await asyncio.wait_for(future, timeout=self.timeout_s)
         except TimeoutError:
-            result = {
-                "reward": None,
-                "rewards": {},
-                "reward_errors": {
-                    s.name: f"TimeoutError: the reward did not finish within {self.timeout_s:g} s" for s in self.sections
-                },
-            }
-        self._apply(episode, result)
-        for hook_result in get_plugin_manager().hook.on_episode_end(episode=episode):
-            await maybe_await(hook_result)
-        return episode
+            why = f"TimeoutError: the reward did not finish within {self.timeout_s:g} s"
+            return {"reward": None, "rewards": {}, "reward_errors": {s.name: why for s in self.sections}}
 
     def _apply(self, episode: Episode, result: dict[str, Any]) -> None:
         episode.rewards = {name: validate_reward_value(name, v) for name, v in result["rewards"].items()}

@@ -6,6 +6,10 @@ engine saw them. ``loss_mask`` is 1 only on sampled tokens; ``logprobs`` are the
 elsewhere) and ``versions`` the policy version per sampled token (-1 elsewhere), which is what
 AReaL's decoupled loss and staleness filter read. ``rewards`` is ``[1]``: the episode's reward,
 discounted once.
+
+A GRPO group is ``n`` such rows, one per member, in member order (:func:`group_tensors`): AReaL
+normalizes rewards over consecutive slices of ``group_size`` rows, so a member that does not train
+keeps its place as a fully loss-masked row (:func:`masked_row`) carrying the group's neutral reward.
 """
 
 from __future__ import annotations
@@ -47,6 +51,39 @@ def episode_tensors(view: TrainingView, reward: float) -> dict[str, Any]:
         "versions": torch.tensor([versions], dtype=torch.int32),
         "rewards": torch.tensor([float(reward)], dtype=torch.float32),
     }
+
+
+def masked_row(reward: float, pad_id: int) -> dict[str, Any]:
+    """A one-token row that trains nothing (``loss_mask`` 0): a failed member's place in its group."""
+    import torch
+
+    return {
+        "input_ids": torch.tensor([[int(pad_id)]], dtype=torch.int32),
+        "attention_mask": torch.ones((1, 1), dtype=torch.bool),
+        "loss_mask": torch.zeros((1, 1), dtype=torch.int32),
+        "logprobs": torch.zeros((1, 1), dtype=torch.float32),
+        "versions": torch.full((1, 1), -1, dtype=torch.int32),
+        "rewards": torch.tensor([float(reward)], dtype=torch.float32),
+    }
+
+
+def group_tensors(group: Any, pad_id: int) -> dict[str, Any] | None:
+    """The rows of a kit ``EpisodeGroup`` (``None`` when the group policy dropped it).
+
+    Every member keeps its row: a trained one its episode, any other a :func:`masked_row` with
+    the group's neutral reward (``EpisodeGroup.rewards("mean")``), so the group is always
+    ``len(group)`` rows and AReaL's fixed-stride group normalization stays aligned.
+    """
+    from areal.utils.data import concat_padded_tensors
+
+    if group.dropped is not None:
+        return None
+    rewards = group.rewards("mean")
+    rows = [
+        episode_tensors(episode.training, reward) if trained else masked_row(reward, pad_id)
+        for episode, reward, trained in zip(group.episodes, rewards, group.trained(), strict=True)
+    ]
+    return concat_padded_tensors(rows)
 
 
 def discounted(reward: float, num_turns: int, turn_discount: float) -> float:

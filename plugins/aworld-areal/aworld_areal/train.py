@@ -5,6 +5,11 @@ GRPO config with ``load_expr_config`` (extra ``key=value`` arguments are hydra o
 AReaL script), turn the job's datasets into HuggingFace datasets, and hand ``PPOTrainer`` the
 workflow as an import path with JSON-able kwargs. ``scheduler.type`` (local, ray, slurm) in the
 config decides where AReaL starts its rollout and training workers.
+
+``AworldWorkflow`` forms each prompt's GRPO group itself (``gconfig.n_samples`` members, failed ones
+kept as masked rows), so ``PPOTrainer`` gets ``gconfig.n_samples = 1`` (and ``eval_gconfig``): AReaL's
+``GroupedRolloutWorkflow`` would otherwise run the group ``n_samples`` times and drop failed members.
+The workflow's kwargs keep the configured ``n_samples``.
 """
 
 from __future__ import annotations
@@ -39,19 +44,50 @@ def split_job_arg(argv: list[str]) -> tuple[str, list[str]]:
     return job, rest
 
 
-def workflow_kwargs(job: JobConfig, gconfig: Any, tokenizer_path: str, *, eval: bool = False) -> dict[str, Any]:
-    """``AworldWorkflow``'s kwargs: plain JSON, so they cross AReaL's RPC to the rollout workers."""
+def workflow_kwargs(
+    job: JobConfig, gconfig: Any, tokenizer_path: str, *, eval: bool = False, groups_per_step: int | None = None
+) -> dict[str, Any]:
+    """``AworldWorkflow``'s kwargs: plain JSON, so they cross AReaL's RPC to the rollout workers.
+
+    ``gconfig.n_samples`` is the group size the workflow runs; ``groups_per_step`` (the train
+    batch size) is what ``rollout.max_failed_steps`` counts as one step.
+    """
     options = workflow_options(job, job.backend_section("areal").get(WORKFLOW_KEY) or {})
     eval_temperature = options.pop("eval_temperature", None)
     generation = asdict(gconfig) if not isinstance(gconfig, dict) else dict(gconfig)
     if eval and eval_temperature is not None:
         generation["temperature"] = float(eval_temperature)
+    if groups_per_step is not None:
+        options["groups_per_step"] = int(groups_per_step)
     return {
         "job": job.model_dump_json(),
         "gconfig": generation,
         "tokenizer": tokenizer_path,
         **{k: v for k, v in options.items() if v is not None},
     }
+
+
+def check_group_norm(config: Any) -> None:
+    """``UsageError`` when a group-level reward/advantage normalization slices by a size other than
+    ``gconfig.n_samples`` (each prompt's group is exactly that many consecutive rows)."""
+    n = config.gconfig.n_samples
+    for name in ("reward_norm", "adv_norm"):
+        norm = getattr(config.actor, name, None)
+        if norm is None or "group" not in (norm.mean_level, norm.std_level) or norm.group_size == n:
+            continue
+        raise UsageError(
+            f"actor.{name}.group_size is {norm.group_size} but gconfig.n_samples is {n}: AReaL normalizes "
+            f"consecutive slices of group_size rows and every prompt's group is gconfig.n_samples rows, so "
+            f"the groups would be mixed. Set actor.{name}.group_size to {n} (or drop the override: it "
+            f"defaults to ${{gconfig.n_samples}})"
+        )
+
+
+def hand_groups_to_workflow(config: Any) -> None:
+    """Give ``PPOTrainer`` ``n_samples = 1`` (train and eval): the workflow runs the group itself."""
+    config.gconfig.n_samples = 1
+    if getattr(config, "eval_gconfig", None) is not None:
+        config.eval_gconfig.n_samples = 1
 
 
 @dataclass
@@ -63,6 +99,7 @@ class Prepared:
     valid_dataset: Any
     workflow_kwargs: dict[str, Any]
     eval_workflow_kwargs: dict[str, Any] | None
+    group_size: int  # gconfig.n_samples as configured: the rows per prompt (PPOTrainer's config says 1)
 
 
 def prepare(argv: list[str]) -> Prepared:
@@ -79,19 +116,16 @@ def prepare(argv: list[str]) -> Prepared:
     problems = missing_inputs(job)
     if problems:
         raise UsageError(f"the job in {job_path} cannot train: " + "; ".join(problems))
+    check_group_norm(config)
     train = hf_dataset(load_dataset_section(job.train_dataset, job.base_dir))
     valid = None
     if job.test_dataset is not None and config.valid_dataset is not None:
         valid = hf_dataset(load_dataset_section(job.test_dataset, job.base_dir))
-    return Prepared(
-        config=config,
-        train_dataset=train,
-        valid_dataset=valid,
-        workflow_kwargs=workflow_kwargs(job, config.gconfig, config.tokenizer_path),
-        eval_workflow_kwargs=(
-            workflow_kwargs(job, config.eval_gconfig, config.tokenizer_path, eval=True) if valid is not None else None
-        ),
-    )
+    group_size = config.gconfig.n_samples
+    kwargs = workflow_kwargs(job, config.gconfig, config.tokenizer_path, groups_per_step=config.train_dataset.batch_size)
+    eval_kwargs = workflow_kwargs(job, config.eval_gconfig, config.tokenizer_path, eval=True) if valid is not None else None
+    hand_groups_to_workflow(config)
+    return Prepared(config, train, valid, kwargs, eval_kwargs, group_size)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,26 +1,37 @@
-"""``AworldWorkflow``: AReaL's rollout workflow that runs one whole AWorld episode.
+"""``AworldWorkflow``: AReaL's rollout workflow; one call runs one prompt's whole GRPO group.
 
-AReaL calls ``arun_episode(engine, data)`` once per trajectory (``gconfig.n_samples`` times per
-prompt for a GRPO group, concatenated by AReaL). Each call runs the job's agent on the row's
-sample through the core's token-level client (``TokenLLM``) over ``ArealTokenEngine``, so:
+Each member is a whole multi-turn AWorld episode run by the worker kit (``EpisodeRunner``) through
+the core's ``TokenLLM`` over ``ArealTokenEngine``: every LLM call is an ``engine.agenerate``
+request (``n_samples=1``, ``rid`` = the episode id), so AReaL's weight-update pauses and staleness
+control see them all; each row is the episode token for token, tool tokens masked, logprobs and
+per-token policy versions from the engine, the reward scored once and discounted once.
 
-* every LLM call is an ``engine.agenerate`` request (``n_samples=1``, ``rid`` = the episode id):
-  AReaL's weight-update pauses and staleness control see them all;
-* the trained row is the whole multi-turn episode, token for token as sampled, tool tokens
-  masked out, logprobs and per-token policy versions from the engine;
-* the reward is scored once on the finished episode and discounted once by the number of turns;
-* a failed, timed-out or unscored episode returns ``None``, which AReaL drops.
+**The group is formed here, at full size.** AReaL 1.0.4 groups by wrapping a workflow in
+``GroupedRolloutWorkflow`` (``submit(group_size=n)``), which drops members that return ``None``
+and concatenates the rest, while the actor's ``Normalization`` slices rewards by a fixed stride of
+``group_size`` rows: one missing member shifts every later group. So ``arun_episode`` runs
+``gconfig.n_samples`` members (``EpisodeRunner.run_group``) under the job's group policy
+(``rollout.failed_episodes``) and returns exactly that many rows, a member that does not train as a
+fully loss-masked row with the group's neutral reward, or ``None`` when the policy drops the group.
+``aworld_areal.train`` gives ``PPOTrainer`` ``n_samples = 1`` so AReaL does not group it again; a
+workflow wrapped anyway refuses with a ``UsageError``.
 
-The workflow travels to AReaL's rollout workers as an import path with JSON-able kwargs (the job
-as JSON text, the tokenizer as a path, the reward by name inside the job); the agent is rebuilt
-there through the ``build_agents`` hook, as every backend worker does.
+**Everything costly is built once per process.** AReaL constructs the workflow from its import
+path and kwargs for every submitted prompt (``RemoteInfEngine._resolve_workflow``), so an instance
+is a handle on a :class:`WorkflowState` cached per job and options: the job, tokenizer, agent, one
+``TokenLLM``/``EpisodeRunner`` per engine, one gateway per event loop and engine, the counters.
+:func:`close_workflow_states` (also run at exit) stops the gateways and the reward processes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import json
+import sys
+import threading
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,50 +40,365 @@ from areal.utils import logging as areal_logging
 
 from aworld_areal.data import sample_from_row
 from aworld_areal.engine import ArealTokenEngine, as_gconfig
-from aworld_areal.scoring import RewardRunner
-from aworld_areal.tensors import discounted, episode_tensors
-from aworld_core.config import JobConfig, load_job_config
-from aworld_core.errors import MCPConnectionError, UsageError
-from aworld_core.plugins import get_plugin_manager, maybe_await
-from aworld_core.schemas import Episode, new_id
+from aworld_areal.openai_agent import OpenAIAgent
+from aworld_areal.scoring import TRUNCATED, UNTRAINED, RewardScorer, shutdown_pools
+from aworld_areal.tensors import group_tensors
+from aworld_core.config import JobConfig
+from aworld_core.errors import AworldError, UsageError
+from aworld_core.schemas import Episode, RolloutContext
+from aworld_core.worker import (
+    EpisodeGroup,
+    EpisodeRunner,
+    FailedSteps,
+    GroupPolicy,
+    build_agent,
+    build_token_llm,
+    job_key,
+    load_job,
+    step_metrics,
+    untrainable_reason,
+)
+from aworld_core.worker.policy import GROUP_DROPPED, NO_REWARD, NO_TOKENS, REWARD_FAILED
 
 # AReaL's logger: its getLogger resets the root logger, so a stdlib logger made before would be
 # orphaned; this one also reaches AReaL's log files
 logger = areal_logging.getLogger("AworldWorkflow")
 
-# why an episode was not turned into a trajectory (counted in ``AworldWorkflow.rejected``)
-REJECT_FAILED = "episode_failed"
-REJECT_NO_TOKENS = "no_sampled_tokens"
-REJECT_REWARD = "reward_failed"
-REJECT_TRUNCATED = "truncated"
-REJECT_MCP = "mcp_unreachable"
+MCP_UNREACHABLE = "mcp_unreachable"
+# why a member did not train: the kit's reasons, refined (counted per step in AReaL's stats)
+REASONS = ("failed", "timeout", "cancelled", NO_TOKENS, REWARD_FAILED, NO_REWARD, GROUP_DROPPED, TRUNCATED, MCP_UNREACHABLE)
+WRAPPED = (
+    "AworldWorkflow runs each prompt's GRPO group itself (gconfig.n_samples members), but AReaL called it "
+    "several times for the same prompt at once: it was submitted with group_size > 1, which would run "
+    "n x n episodes. Submit it with group_size=1: aworld_areal.train does so by giving PPOTrainer "
+    "gconfig.n_samples=1 (and eval_gconfig.n_samples=1) while the workflow keeps the group size"
+)
 
 
-def _job_from(job: str | dict[str, Any] | JobConfig) -> JobConfig:
-    if isinstance(job, JobConfig):
-        return job
-    if isinstance(job, dict):
-        return load_job_config(data=job)
-    if isinstance(job, str):
-        text = job.strip()
-        if text.startswith("{"):
-            return load_job_config(data=json.loads(text))
-        return load_job_config(job)
-    raise UsageError(f"job must be the job config as JSON text, a dict or a file path; got {type(job).__name__}")
+@dataclass(frozen=True)
+class WorkflowOptions:
+    """``AworldWorkflow``'s options (``backends.areal.workflow`` plus what ``train`` adds)."""
+
+    chat_template: str | None = None
+    tool_parser: str | None = None
+    turn_discount: float = 1.0
+    max_response_tokens: int | None = None
+    max_steps: int | None = None
+    episode_timeout_s: float | None = None
+    reward_processes: int = 0
+    reward_timeout_s: float = 60.0
+    reject_truncated: bool = False
+    openai_agent: str | None = None
+    groups_per_step: int | None = None
+
+
+class WorkflowState:
+    """What every ``AworldWorkflow`` of one job and options shares in a process."""
+
+    def __init__(self, job: JobConfig, gconfig: Any, tokenizer: Any, options: WorkflowOptions):
+        if job.reward is None:
+            raise UsageError("the job has no reward section; AReaL trains on rewards (set reward: {name: ...})")
+        if options.max_response_tokens is not None and options.max_response_tokens < 1:
+            raise UsageError(f"workflow.max_response_tokens must be >= 1, got {options.max_response_tokens}")
+        if options.groups_per_step is not None and options.groups_per_step < 1:
+            raise UsageError(f"groups_per_step must be >= 1, got {options.groups_per_step}")
+        self.job = job
+        self.options = options
+        self.tokenizer = _tokenizer(tokenizer)
+        g = as_gconfig(gconfig).new_with_stop_and_pad_token_ids(self.tokenizer)
+        g.stop_token_ids = [i for i in g.stop_token_ids if i is not None]  # a tokenizer without pad
+        self.gconfig = g  # with the tokenizer's eos and pad ids as stop ids, as AReaL's workflows do
+        self.group_size = int(g.n_samples)
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        self.pad_id = int(pad if pad is not None else (getattr(self.tokenizer, "eos_token_id", None) or 0))
+        self.policy = GroupPolicy.from_job(job)
+        self.scorer = RewardScorer(
+            job.reward, base_dir=job.base_dir, processes=options.reward_processes, timeout_s=options.reward_timeout_s,
+            turn_discount=options.turn_discount, reject_truncated=options.reject_truncated,
+        )
+        if options.openai_agent is not None:
+            _require_areal_plugin()
+            self.agent: Any = OpenAIAgent.load(options.openai_agent, job.base_dir, self.gateway)
+        else:
+            self.agent = build_agent(job)
+        self.accepted = 0  # members trained
+        self.rejected: collections.Counter[str] = collections.Counter()  # members not trained, by reason
+        self.groups_dropped = 0
+        # the latest rejections (reason, episode id, why), for debugging a run that keeps rejecting
+        self.recent_rejections: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=32)
+        self.failed_steps = FailedSteps(self.policy.max_failed_steps)
+        self.stopped: AworldError | None = None
+        self._step: list[Episode] = []
+        self._step_groups = 0
+        self._warned_extra = False
+        self._lock = threading.Lock()
+        self._runners: dict[int, tuple[Any, EpisodeRunner]] = {}
+        self._gateways: dict[tuple[int, int], tuple[asyncio.AbstractEventLoop, Any, Any, asyncio.Task[Any]]] = {}
+
+    # -- per engine, per loop -----------------------------------------------------------------
+
+    def runner(self, engine: Any) -> EpisodeRunner:
+        """The kit's runner over ``engine`` (one ``TokenLLM`` per engine; sessions are per episode)."""
+        with self._lock:
+            entry = self._runners.get(id(engine))
+        if entry is not None and entry[0] is engine:
+            return entry[1]
+        o = self.options
+        llm = build_token_llm(
+            ArealTokenEngine(engine, self.gconfig, self.tokenizer), self.tokenizer, self.job,
+            chat_template=o.chat_template, tool_parser=o.tool_parser, max_response_tokens=o.max_response_tokens,
+        )
+        runner = EpisodeRunner.from_job(
+            self.job, llm, agent=self.agent, scorer=self.scorer, max_steps=o.max_steps,
+            timeout=o.episode_timeout_s or self.job.rollout.episode_timeout_s,
+            concurrency=sys.maxsize,  # AReaL bounds it: rollout.max_concurrent_rollouts prompts in flight
+        )
+        with self._lock:
+            entry = self._runners.get(id(engine))
+            if entry is None or entry[0] is not engine:
+                entry = self._runners[id(engine)] = (engine, runner)
+        return entry[1]
+
+    async def gateway(self, llm: Any) -> Any:
+        """The core's OpenAI-compatible gateway over ``llm``, served on loopback by the running
+        event loop (AReaL's rollout loop): one per loop and engine, stopped by :meth:`close`."""
+        from aworld_core.gateway import Gateway, GatewayServer
+
+        loop = asyncio.get_running_loop()
+        key = (id(loop), id(llm))
+        with self._lock:
+            entry = self._gateways.get(key)
+            if entry is None or entry[0] is not loop or entry[1] is not llm:
+                for k in [k for k, e in self._gateways.items() if e[0].is_closed()]:  # loops that ended
+                    old_loop, _, old_server, _ = self._gateways.pop(k)
+                    _stop_gateway(old_loop, old_server)
+                server = GatewayServer(Gateway(llm))
+                entry = self._gateways[key] = (loop, llm, server, loop.create_task(server.astart()))
+        try:
+            return await asyncio.shield(entry[3])
+        except Exception:
+            with self._lock:
+                if self._gateways.get(key) is entry:
+                    del self._gateways[key]
+            raise
+
+    def gateways(self) -> list[Any]:
+        """The gateway servers this state runs (for tests and diagnostics)."""
+        with self._lock:
+            return [entry[2] for entry in self._gateways.values()]
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop every gateway (from any thread; a loop still running elsewhere awaits the stop)."""
+        with self._lock:
+            entries = list(self._gateways.values())
+            self._gateways.clear()
+        for loop, _, server, _ in entries:
+            _stop_gateway(loop, server, timeout_s)
+
+    # -- one prompt ---------------------------------------------------------------------------
+
+    async def run_group(self, engine: Any, data: Any) -> dict[str, Any] | None:
+        """The prompt's group as AReaL's tensors (``n`` rows), or ``None`` when it was dropped."""
+        if self.stopped is not None:
+            raise self.stopped
+        sample = sample_from_row(data)
+        version = engine.get_version() if callable(getattr(engine, "get_version", None)) else None
+        context = RolloutContext(policy_version=int(version) if version is not None else None)
+        group = await self.runner(engine).run_group(sample, self.group_size, context)
+        self._record(group)
+        return group_tensors(group, self.pad_id)
+
+    def _reason(self, episode: Episode) -> str | None:
+        reason = untrainable_reason(episode)
+        if reason is None or reason == GROUP_DROPPED:
+            return reason
+        if episode.metadata.get(UNTRAINED):
+            return str(episode.metadata[UNTRAINED])
+        if (episode.error or "").startswith("MCPConnectionError"):
+            return MCP_UNREACHABLE
+        return reason
+
+    def _record(self, group: EpisodeGroup) -> None:
+        """Counters, logs and AReaL's stats for a finished group; the failed-steps stop."""
+        import torch
+        from areal import workflow_context
+        from areal.utils import stats_tracker
+        from areal.utils.stats_tracker import ReduceType
+
+        tracker = stats_tracker.get(workflow_context.stat_scope())
+        counts = dict.fromkeys(REASONS, 0)
+        for episode in group.episodes:
+            reason = self._reason(episode)
+            if reason is None:
+                self._record_trained(tracker, episode)
+                continue
+            counts[reason] = counts.get(reason, 0) + 1
+            self.rejected[reason] += 1
+            detail = episode.error or "; ".join(f"{k}: {v}" for k, v in episode.reward_errors.items())
+            detail = detail or group.dropped or episode.status.value
+            self.recent_rejections.append((reason, episode.id, detail))
+            log = logger.error if reason == MCP_UNREACHABLE else logger.warning
+            log("episode %s (task %s) not trained, %s: %s", episode.id, episode.task_id, reason, detail)
+        if group.dropped is not None:
+            self.groups_dropped += 1
+            logger.warning("group %s (task %s) dropped: %s", group.group_id, group.sample.id, group.dropped)
+        tracker.scalar(**{"aworld/accepted": float(group.dropped is None)})
+        tracker.scalar(**{k: v for k, v in step_metrics(group.episodes).items()
+                          if k != "aworld/episodes" and not k.startswith("aworld/untrained/")})
+        # per-step counts: summed over the step's groups
+        tracker.denominator(**{"aworld/groups": torch.ones(1, dtype=torch.bool)})
+        sums = {"aworld/episodes": len(group), "aworld/trained": len(group) - sum(counts.values())}
+        sums.update({f"aworld/untrained/{k}": v for k, v in counts.items()})
+        tracker.stat(denominator="aworld/groups", reduce_type=ReduceType.SUM,
+                     **{k: torch.tensor([float(v)]) for k, v in sums.items()})
+        if self.options.groups_per_step is not None and not workflow_context.get().is_eval:
+            self._count_step(group)
+
+    def _record_trained(self, tracker: Any, episode: Episode) -> None:
+        view = episode.training
+        assert view is not None and episode.reward is not None
+        self.accepted += 1
+        extra = len(episode.metadata.get("extra_training") or [])
+        if extra and not self._warned_extra:
+            # a swarm whose members are trained too: one row per episode keeps GRPO groups intact
+            logger.warning(
+                "episode %s has %d more trained conversations (swarm members); AReaL trains the lead's "
+                "conversation only (counted in aworld/extra_sessions_dropped)", episode.id, extra,
+            )
+            self._warned_extra = True
+        tracker.scalar(**{
+            "aworld/reward": float(episode.reward),
+            "aworld/num_turns": float(view.num_turns),
+            "aworld/truncated": float(view.truncated),
+            "aworld/seq_len": float(len(view.prompt_ids) + len(view.response_ids)),
+            "aworld/extra_sessions_dropped": float(extra),
+        })
+
+    def _count_step(self, group: EpisodeGroup) -> None:
+        """``rollout.max_failed_steps``: a step is ``groups_per_step`` finished groups (the train batch)."""
+        self._step.extend(group.episodes)
+        self._step_groups += 1
+        assert self.options.groups_per_step is not None
+        if self._step_groups < self.options.groups_per_step:
+            return
+        episodes, self._step, self._step_groups = self._step, [], 0
+        try:
+            self.failed_steps.step(episodes)
+        except AworldError as exc:
+            self.stopped = exc
+            logger.error("stopping this worker's rollouts: %s", exc)
+            raise
+
+
+def _stop_gateway(loop: asyncio.AbstractEventLoop, server: Any, timeout_s: float = 10.0) -> None:
+    """Stop ``server``, served by ``loop``: awaited there when the loop runs in another thread,
+    else marked to exit with its socket closed (a closed loop took its serving task along)."""
+    try:
+        here = asyncio.get_running_loop()
+    except RuntimeError:
+        here = None
+    if loop.is_running() and loop is not here:
+        try:
+            asyncio.run_coroutine_threadsafe(server.astop(), loop).result(timeout_s)
+            return
+        except Exception as exc:  # a loop that does not answer: close the socket below
+            logger.warning("gateway on %s did not stop within %s s: %s", server.address, timeout_s, exc)
+    server.stop()
+
+
+_STATES: dict[tuple[str, str], WorkflowState] = {}
+_BY_TEXT: dict[tuple[str, str], WorkflowState] = {}  # the job's JSON text as AReaL passes it: no re-parse
+_TOKENIZERS: dict[str, Any] = {}
+_STATES_LOCK = threading.RLock()
+_ATEXIT = False
+
+
+def _tokenizer(ref: Any) -> Any:
+    """A tokenizer object as is; a path loaded once per process."""
+    if not isinstance(ref, (str, Path)):
+        return ref
+    with _STATES_LOCK:
+        tokenizer = _TOKENIZERS.get(str(ref))
+        if tokenizer is None:
+            from aworld_core.tokens.llm import load_tokenizer
+
+            tokenizer = _TOKENIZERS[str(ref)] = load_tokenizer(ref)
+        return tokenizer
+
+
+def _require_areal_plugin() -> None:
+    from aworld_areal import plugin
+    from aworld_core.plugins import get_plugin_manager
+
+    impls = get_plugin_manager().hook.rollout.get_hookimpls()
+    if not any(impl.function is plugin.rollout for impl in impls):
+        raise UsageError(
+            "workflow.openai_agent is run by aworld-areal's plugin (entry point 'areal', the rollout hook), "
+            "which is not loaded in this process: install aworld-areal and remove 'areal' from "
+            "AWORLD_DISABLE_PLUGINS"
+        )
+
+
+def _options_key(gconfig: Any, tokenizer: Any, options: WorkflowOptions) -> str:
+    g = asdict(gconfig) if is_dataclass(gconfig) and not isinstance(gconfig, type) else gconfig
+    tok = str(tokenizer) if isinstance(tokenizer, (str, Path)) else f"object:{id(tokenizer)}"
+    return json.dumps({"gconfig": g, "tokenizer": tok, **asdict(options)}, sort_keys=True, default=str)
+
+
+def workflow_state(job: Any, gconfig: Any, tokenizer: Any, options: WorkflowOptions) -> WorkflowState:
+    """The process's state for ``job`` (JSON text, dict, file path or ``JobConfig``) and options,
+    built on first use (the job parsed, the tokenizer loaded, the agent built: once)."""
+    global _ATEXIT
+    opts = _options_key(gconfig, tokenizer, options)
+    text_key = (job, opts) if isinstance(job, str) else None
+    with _STATES_LOCK:
+        if text_key is not None and text_key in _BY_TEXT:
+            return _BY_TEXT[text_key]
+        parsed = load_job(job)
+        key = (job_key(parsed), opts)
+        state = _STATES.get(key)
+        if state is None:
+            state = _STATES[key] = WorkflowState(parsed, gconfig, tokenizer, options)
+            if not _ATEXIT:
+                atexit.register(close_workflow_states)
+                _ATEXIT = True
+        if text_key is not None:
+            _BY_TEXT[text_key] = state
+        return state
+
+
+def workflow_states() -> list[WorkflowState]:
+    """The states this process holds."""
+    with _STATES_LOCK:
+        return list(_STATES.values())
+
+
+def close_workflow_states(timeout_s: float = 10.0) -> None:
+    """Stop every state's gateways and the reward processes, and forget the states (the next
+    workflow builds afresh). Registered with ``atexit``; call it when a rollout worker shuts down."""
+    with _STATES_LOCK:
+        states = list(_STATES.values())
+        _STATES.clear()
+        _BY_TEXT.clear()
+    for state in states:
+        state.close(timeout_s)
+    shutdown_pools()
 
 
 class AworldWorkflow(RolloutWorkflow):
-    """Run the job's agent for one trajectory and return AReaL's tensors for the whole episode.
+    """Run the job's agent ``gconfig.n_samples`` times on a row and return the group's tensors.
 
     ``job``: the job config (JSON text, dict or file path). ``gconfig``: AReaL's generation
-    settings (temperature, max_new_tokens, max_tokens for the context). ``tokenizer``: the
-    tokenizer directory. ``turn_discount`` scales the reward by ``turn_discount ** (turns - 1)``.
-    ``max_response_tokens`` caps the episode's response (sampled + tool tokens); ``None`` lets
-    ``gconfig.max_tokens`` bound the context. ``reward_processes > 0`` scores in that many
-    processes (``reward_timeout_s`` each). ``reject_truncated`` drops episodes cut by length.
-    ``openai_agent`` (``module:function``) runs an agent written against the OpenAI API instead of
-    the job's ``Agent``: ``await function(sample, base_url=..., api_key=..., model=...)`` returns the
-    final answer, and every call it makes to ``base_url`` lands in the episode's token record.
+    settings (temperature, max_new_tokens, max_tokens for the context, ``n_samples``: the group
+    size). ``tokenizer``: the tokenizer directory. ``turn_discount`` scales the reward by
+    ``turn_discount ** (turns - 1)``. ``max_response_tokens`` caps the episode's response (sampled +
+    tool tokens); ``None`` lets ``gconfig.max_tokens`` bound the context. ``reward_processes > 0``
+    scores in that many processes (``reward_timeout_s`` each). ``reject_truncated`` does not train
+    episodes cut by length. ``openai_agent`` (``module:function``) runs an agent written against the
+    OpenAI API instead of the job's ``Agent`` (see ``aworld_areal.openai_agent``).
+    ``groups_per_step`` (set by ``train``: the train batch size) turns on ``rollout.max_failed_steps``.
+
+    Instances are cheap handles: the state behind them is shared per process (see the module doc).
     """
 
     def __init__(
@@ -91,222 +417,48 @@ class AworldWorkflow(RolloutWorkflow):
         reward_timeout_s: float = 60.0,
         reject_truncated: bool = False,
         openai_agent: str | None = None,
+        groups_per_step: int | None = None,
     ):
-        if not 0.0 < turn_discount <= 1.0:
-            raise UsageError(f"turn_discount must be in (0, 1], got {turn_discount}")
-        self.job = _job_from(job)
-        if self.job.reward is None:
-            raise UsageError("the job has no reward section; AReaL trains on rewards (set reward: {name: ...})")
-        self.tokenizer_ref = tokenizer
-        self.gconfig_arg = gconfig
-        self.chat_template = chat_template
-        self.tool_parser = tool_parser
-        self.turn_discount = float(turn_discount)
-        self.max_response_tokens = max_response_tokens
-        self.max_steps = max_steps
-        self.episode_timeout_s = episode_timeout_s or self.job.rollout.episode_timeout_s
-        self.reject_truncated = reject_truncated
-        self.openai_agent = openai_agent
-        self._openai_func: Any = None
-        self._gateways: dict[tuple[int, int], Any] = {}
-        self.rewards = RewardRunner(
-            self.job.reward, base_dir=self.job.base_dir, processes=reward_processes, timeout_s=reward_timeout_s
+        options = WorkflowOptions(
+            chat_template=chat_template, tool_parser=tool_parser, turn_discount=float(turn_discount),
+            max_response_tokens=max_response_tokens, max_steps=max_steps, episode_timeout_s=episode_timeout_s,
+            reward_processes=reward_processes, reward_timeout_s=float(reward_timeout_s),
+            reject_truncated=reject_truncated, openai_agent=openai_agent, groups_per_step=groups_per_step,
         )
-        self.rejected: collections.Counter[str] = collections.Counter()
-        # the latest rejections (reason, episode id, why), for debugging a run that keeps rejecting
-        self.recent_rejections: collections.deque[tuple[str, str | None, str]] = collections.deque(maxlen=32)
-        self.accepted = 0
-        self._warned_extra = False
-        self._agent: Any = None
-        self._tokenizer: Any = None
-        self._gconfig: Any = None
-        self._llms: dict[int, tuple[Any, Any]] = {}
+        self.state = workflow_state(job, gconfig, tokenizer, options)
+        self._running: dict[int, asyncio.Task[Any] | None] = {}  # row id -> the call running its group
 
-    # -- set up once per worker ---------------------------------------------------------------
+    @property
+    def job(self) -> JobConfig:
+        return self.state.job
 
     @property
     def tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            if isinstance(self.tokenizer_ref, (str, Path)):
-                from aworld_core.tokens.llm import load_tokenizer
-
-                self._tokenizer = load_tokenizer(self.tokenizer_ref)
-            else:
-                self._tokenizer = self.tokenizer_ref
-        return self._tokenizer
+        return self.state.tokenizer
 
     @property
-    def gconfig(self) -> Any:
-        """``gconfig`` with the tokenizer's eos and pad ids as stop ids, as AReaL's workflows do."""
-        if self._gconfig is None:
-            g = as_gconfig(self.gconfig_arg).new_with_stop_and_pad_token_ids(self.tokenizer)
-            g.stop_token_ids = [i for i in g.stop_token_ids if i is not None]  # a tokenizer without pad
-            self._gconfig = g
-        return self._gconfig
+    def accepted(self) -> int:
+        """Members trained, by every workflow of this job and options in the process."""
+        return self.state.accepted
 
     @property
-    def agent(self) -> Any:
-        if self._agent is None:
-            from aworld_core.settings import get_settings
+    def rejected(self) -> collections.Counter[str]:
+        """Members not trained, by reason (``REASONS``), process-wide like ``accepted``."""
+        return self.state.rejected
 
-            agent = get_plugin_manager().hook.build_agents(job=self.job, settings=get_settings())
-            if agent is None:
-                raise UsageError("no plugin built an agent for the job; set 'agent' (fields or factory)")
-            self._agent = agent
-        return self._agent
-
-    def token_llm(self, engine: Any) -> Any:
-        """The token-level client over ``engine`` (one per engine; sessions are per episode)."""
-        entry = self._llms.get(id(engine))
-        if entry is None or entry[0] is not engine:
-            from aworld_core.tokens.llm import TokenLLM
-
-            model = self.job.model
-            template = self.chat_template or (model.chat_template if model else None)
-            if template is not None and ("{{" not in template and "{%" not in template):
-                template = self.job.resolve_path(template)
-            llm = TokenLLM(
-                ArealTokenEngine(engine, self.gconfig, self.tokenizer),
-                self.tokenizer,
-                chat_template=template,
-                tool_parser=self.tool_parser or (model.tool_parser if model else "hermes"),
-                max_response_tokens=self.max_response_tokens,
-            )
-            entry = self._llms[id(engine)] = (engine, llm)
-        return entry[1]
-
-    # -- one trajectory -----------------------------------------------------------------------
+    @property
+    def recent_rejections(self) -> collections.deque[tuple[str, str, str]]:
+        return self.state.recent_rejections
 
     async def arun_episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any] | None:
-        sample = sample_from_row(data)
-        llm = self.token_llm(engine)
-        episode_id = new_id("ep-")
-        version = int(engine.get_version()) if callable(getattr(engine, "get_version", None)) else None
-        if self.openai_agent is not None:
-            episode = await self._run_openai_agent(engine, llm, sample, episode_id, version)
-        else:
-            context: dict[str, Any] = {
-                "episode_id": episode_id,
-                "timeout": self.episode_timeout_s,
-                "max_steps": self.max_steps,
-            }
-            if version is not None:
-                context["policy_version"] = version
-            try:
-                episode = await maybe_await(
-                    get_plugin_manager().hook.rollout(agent=self.agent, sample=sample, llm=llm, context=context)
-                )
-            except MCPConnectionError as exc:
-                # the tool servers are down for this worker: drop the trajectory, loudly
-                logger.error("episode %s on sample %s: %s", episode_id, sample.id, exc)
-                return self._reject(REJECT_MCP, None, str(exc))
-        if not isinstance(episode, Episode):
-            raise UsageError(f"the rollout hook returned {type(episode).__name__}, expected an Episode")
-
-        await self.rewards.score(episode, sample)  # a failed episode is counted as skipped, not scored
-        view = episode.training
-        if not episode.status.trainable:
-            return self._reject(REJECT_FAILED, episode)
-        if view is None or not any(view.response_mask):
-            return self._reject(REJECT_NO_TOKENS, episode)
-        if episode.reward is None:
-            return self._reject(REJECT_REWARD, episode)
-        if view.truncated and self.reject_truncated:
-            return self._reject(REJECT_TRUNCATED, episode)
-
-        reward = discounted(episode.reward, view.num_turns, self.turn_discount)
-        self.accepted += 1
-        extra = len(episode.metadata.get("extra_training") or [])
-        if extra and not self._warned_extra:
-            # a swarm whose members are trained too: one row per episode keeps GRPO groups intact
-            logger.warning(
-                "episode %s has %d more trained conversations (swarm members); AReaL trains the lead's "
-                "conversation only (counted in aworld/extra_sessions_dropped)", episode.id, extra
-            )
-            self._warned_extra = True
-        self._record(
-            accepted=1.0,
-            reward=reward,
-            num_turns=float(view.num_turns),
-            truncated=float(view.truncated),
-            seq_len=float(len(view.prompt_ids) + len(view.response_ids)),
-            extra_sessions_dropped=float(extra),
-        )
-        return episode_tensors(view, reward)
-
-    # -- agents written against the OpenAI API ------------------------------------------------
-
-    async def gateway_for(self, engine: Any) -> Any:
-        """The core's OpenAI-compatible gateway over this engine's ``TokenLLM``, served on loopback
-        by the running event loop (AReaL's rollout loop), one per loop and engine."""
-        from aworld_core.gateway import Gateway, GatewayServer
-
-        key = (id(asyncio.get_running_loop()), id(engine))
-        server = self._gateways.get(key)
-        if server is None:
-            server = await GatewayServer(Gateway(self.token_llm(engine))).astart()
-            self._gateways[key] = server
-        return server
-
-    async def _run_openai_agent(
-        self, engine: Any, llm: Any, sample: Any, episode_id: str, version: int | None
-    ) -> Episode:
-        from aworld_core.imports import import_ref
-        from aworld_core.schemas import EpisodeStatus
-
-        func = self._openai_func
-        if func is None:
-            func = self._openai_func = import_ref(self.openai_agent, self.job.base_dir)
-            if not callable(func):
-                raise UsageError(f"openai_agent {self.openai_agent!r} is not a function")
-        server = await self.gateway_for(engine)
-        episode = Episode(id=episode_id, task_id=sample.id, agent_id=str(self.openai_agent))
-        episode.metadata.update({"agent_style": "openai", "policy_version": version})
-        history: list[Any] = []
+        """The row's group: ``gconfig.n_samples`` rows of AReaL tensors, or ``None`` (dropped)."""
+        if id(data) in self._running:  # GroupedRolloutWorkflow calls this instance n times with one row
+            first = self._running[id(data)]
+            if first is not None:
+                first.cancel()  # the group that call started is not wanted either
+            raise UsageError(WRAPPED)
+        self._running[id(data)] = asyncio.current_task()
         try:
-            answer = await asyncio.wait_for(
-                maybe_await(
-                    func(sample, base_url=server.session_base_url(episode_id), api_key="aworld", model=server.model_name)
-                ),
-                timeout=self.episode_timeout_s,
-            )
-            session = llm.session(episode_id)
-            history = list(session.history) if session is not None else []
-            if answer is not None and not isinstance(answer, str):
-                episode.finish(
-                    EpisodeStatus.FAILED,
-                    f"openai_agent {self.openai_agent!r} returned {type(answer).__name__}; it must return the "
-                    "final answer text (or None)",
-                )
-            else:
-                episode.final_answer = answer
-                episode.finish(EpisodeStatus.SUCCESS)
-        except TimeoutError:
-            episode.finish(EpisodeStatus.TIMEOUT, f"the episode exceeded its {self.episode_timeout_s:g} s timeout")
-        except asyncio.CancelledError:
-            llm.finish_session(episode_id)
-            raise
-        except Exception as exc:  # the user's agent failed: recorded, never trained
-            episode.finish(EpisodeStatus.FAILED, f"{type(exc).__name__}: {exc}")
-        view = server.gateway.finish_session(episode_id)
-        if episode.status is EpisodeStatus.SUCCESS:
-            episode.training = view
-        episode.messages = history
-        return episode
-
-    def _reject(self, reason: str, episode: Episode | None, detail: str = "") -> None:
-        self.rejected[reason] += 1
-        if episode is not None:
-            detail = episode.error or "; ".join(f"{k}: {v}" for k, v in episode.reward_errors.items())
-            detail = detail or episode.status.value
-            logger.warning("rejected episode %s (task %s, %s): %s", episode.id, episode.task_id, reason, detail)
-        self.recent_rejections.append((reason, episode.id if episode is not None else None, detail))
-        self._record(accepted=0.0)
-        return None
-
-    @staticmethod
-    def _record(**values: float) -> None:
-        from areal import workflow_context
-        from areal.utils import stats_tracker
-
-        stats_tracker.get(workflow_context.stat_scope()).scalar(**{f"aworld/{k}": v for k, v in values.items()})
+            return await self.state.run_group(engine, data)
+        finally:
+            self._running.pop(id(data), None)

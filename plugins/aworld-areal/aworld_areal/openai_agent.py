@@ -1,0 +1,84 @@
+"""Agents written against the OpenAI API, trained through the core's gateway.
+
+``workflow.openai_agent: "module:function"`` names ``async def function(sample, *, base_url,
+api_key, model) -> str | None``. :class:`OpenAIAgent` stands where the job's ``Agent`` would: the
+worker kit runs it through the ``rollout`` hook, which aworld-areal's plugin answers for it
+(:func:`run_openai_episode`), so failures, scoring, the group policy and ``on_episode_end`` are the
+kit's, as for any agent. Every call the function makes to ``base_url`` (the gateway's per-episode
+URL, ``/sessions/<episode id>/v1``) lands in that episode's token record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aworld_core.aio import maybe_await
+from aworld_core.errors import UsageError
+from aworld_core.schemas import Episode, EpisodeStatus, RolloutContext, Sample, new_id
+
+
+@dataclass(frozen=True)
+class OpenAIAgent:
+    """The agent function and where its gateway comes from (``gateway(llm)``: the serving
+    ``GatewayServer`` over ``llm`` on the running loop)."""
+
+    ref: str
+    func: Callable[..., Any]
+    gateway: Callable[[Any], Awaitable[Any]]
+
+    @property
+    def name(self) -> str:
+        return self.ref
+
+    @classmethod
+    def load(cls, ref: str, base_dir: str | None, gateway: Callable[[Any], Awaitable[Any]]) -> OpenAIAgent:
+        """Import ``ref``; ``UsageError`` when it is not a function."""
+        from aworld_core.imports import import_ref
+
+        func = import_ref(ref, base_dir)
+        if not callable(func):
+            raise UsageError(f"workflow.openai_agent {ref!r} is not a function")
+        return cls(ref, func, gateway)
+
+
+async def run_openai_episode(agent: OpenAIAgent, sample: Sample, llm: Any, context: Any) -> Episode:
+    """One episode of ``agent`` through the gateway over ``llm``; failures are recorded, never raised."""
+    if llm is None:
+        raise UsageError("an OpenAI-API agent trains through a token client; the rollout got llm=None")
+    ctx = RolloutContext.of(context)
+    episode_id = ctx.episode_id or new_id("ep-")
+    server = await agent.gateway(llm)
+    episode = Episode(id=episode_id, task_id=ctx.task_id or sample.id, agent_id=agent.ref)
+    episode.metadata.update({"agent_style": "openai", **ctx.episode_metadata()})
+    deadline = asyncio.timeout(ctx.timeout)
+    try:
+        async with deadline:
+            answer = await maybe_await(
+                agent.func(sample, base_url=server.session_base_url(episode_id), api_key="aworld", model=server.model_name)
+            )
+    except TimeoutError as exc:
+        if deadline.expired():
+            episode.finish(EpisodeStatus.TIMEOUT, f"the episode exceeded its {ctx.timeout:g} s timeout")
+        else:
+            episode.finish(EpisodeStatus.FAILED, f"TimeoutError: {exc}")
+    except Exception as exc:  # the user's agent failed: recorded, never trained
+        episode.finish(EpisodeStatus.FAILED, f"{type(exc).__name__}: {exc}")
+    else:
+        if answer is not None and not isinstance(answer, str):
+            episode.finish(
+                EpisodeStatus.FAILED,
+                f"openai_agent {agent.ref!r} returned {type(answer).__name__}; it must return the final answer "
+                "text (or None)",
+            )
+        else:
+            episode.final_answer = answer
+            episode.finish(EpisodeStatus.SUCCESS)
+    session = llm.session(episode_id)
+    episode.messages = list(session.history) if session is not None else []
+    view = llm.finish_session(episode_id)
+    if episode.status is EpisodeStatus.SUCCESS:
+        episode.training = view
+    return episode
