@@ -129,3 +129,79 @@ def test_last_metrics_reads_ms_swift_logging(tmp_path):
     ]) + "\n")
     assert last_metrics(log) == {"reward": 0.5, "loss": 0.2, "aworld/failed_rate": 0.0,
                                  "global_step/max_steps": "2/2", "train_runtime": 12.5}
+
+
+def _parsed(arguments_class: type, argv: list[str]) -> object:
+    """``argv`` through ms-swift's own argument parser (``HfArgumentParser`` over its arguments
+    dataclass, as ``swift.utils.parse_args`` builds it): an unknown flag or a bad value fails here.
+    The dataclass itself is not built: its checks want the GPUs and the vLLM of a real server."""
+    from swift.utils.utils import _patch_get_type_hints
+    from transformers import HfArgumentParser
+
+    with _patch_get_type_hints():
+        parser = HfArgumentParser([arguments_class])
+    namespace, unknown = parser.parse_known_args(argv)
+    assert unknown == []
+    return namespace
+
+
+def _server_line(text: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith("note: server mode:"))
+    return shlex.split(line.split("then launch: ", 1)[1])
+
+
+def test_server_mode_plans_the_rollout_server_with_what_it_needs(tmp_path, monkeypatch):
+    from swift.arguments import RLHFArguments, RolloutArguments
+    from swift.cli.main import ROUTE_MAPPING
+
+    monkeypatch.setenv("AWORLD_LLM_API_KEY", "sk-never-on-a-command-line")
+    code, text = _dry_run(_job_file(tmp_path, model_type="qwen2", template="qwen2_5", vllm_mode="server",
+                                    rollout={"vllm_gpu_memory_utilization": 0.8, "port": 8123}))
+    assert code == 0
+    run = (tmp_path / "run").resolve()
+    # the rollout server: its environment in front, then the swift command of this environment
+    line = _server_line(text)
+    assert line[0] == "env"
+    env = dict(item.split("=", 1) for item in line[1:line.index(sys.executable)])
+    assert env["AWORLD_SWIFT_JOB"] == str(run / "job.json")
+    command = line[line.index(sys.executable):]
+    assert command[1:4] == ["-m", "swift.cli.main", "rollout"] and ROUTE_MAPPING["rollout"] == "swift.cli.rollout"
+    server = _parsed(RolloutArguments, command[4:])
+    assert server.multi_turn_scheduler == "aworld" and server.external_plugins == [str(PLUGIN_FILE)]
+    assert server.model == str(tmp_path / "model") and (server.model_type, server.template) == ("qwen2", "qwen2_5")
+    assert server.max_turns == 3 and server.host == "127.0.0.1" and server.port == 8123
+    assert server.vllm_gpu_memory_utilization == 0.8 and server.api_key is None
+    # the trainer samples through it
+    trainer = _parsed(RLHFArguments, _command(text)[4:])
+    assert trainer.use_vllm is True and trainer.vllm_mode == "server"
+    assert trainer.vllm_server_host == ["127.0.0.1"] and trainer.vllm_server_port == [8123]
+    assert trainer.multi_turn_scheduler == "aworld" and trainer.max_turns == 3
+    assert not hasattr(trainer, "rollout")  # the server's section never reaches the trainer
+    # the plan carries the server's command as data too; no secret anywhere
+    plan = build_plan(load_job_config(_job_file(tmp_path, vllm_mode="server")), tmp_path / "run")
+    assert plan.config["rollout_server"]["command"][3] == "rollout"
+    assert plan.config["rollout_server"]["env"] == plan.env
+    assert "sk-never-on-a-command-line" not in text
+
+
+def test_colocate_plans_no_rollout_server(tmp_path):
+    plan = build_plan(load_job_config(_job_file(tmp_path)), tmp_path / "run")
+    assert "rollout_server" not in plan.config and "--use_vllm" not in plan.command
+    assert not any(note.startswith("server mode") for note in plan.notes)
+
+
+@pytest.mark.parametrize("swift, needle", [
+    ({"hub_token": "hf_x"}, "backends.swift.hub_token would put a secret on the command line: set HF_TOKEN"),
+    ({"vllm_mode": "server", "rollout": {"api_key": "k"}}, "backends.swift.rollout.api_key would put a secret"),
+    ({"vllm_mode": "server", "vllm_server_port": 8001, "rollout": {"port": 8002}}, r"vllm_server_port \(8001\) and "
+     r"backends.swift.rollout.port \(8002\) differ"),
+    ({"vllm_mode": "server", "use_vllm": False}, "set use_vllm: true"),
+    ({"vllm_mode": "server", "rollout": ["--port", "1"]}, "must be a mapping of 'swift rollout' arguments"),
+])
+def test_server_mode_and_secrets_are_checked_before_anything_runs(tmp_path, capsys, swift, needle):
+    from aworld_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=needle):
+        build_plan(load_job_config(_job_file(tmp_path, **swift)), tmp_path / "run")
+    code, _ = _dry_run(_job_file(tmp_path, **swift))
+    assert code == 2 and "error:" in capsys.readouterr().err

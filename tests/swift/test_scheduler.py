@@ -22,6 +22,7 @@ from aworld_core.config import load_job_config
 from aworld_core.datasets import load_dataset_section
 from aworld_core.errors import AworldError, UsageError
 from aworld_core.export import read_jsonl as read_episodes
+from aworld_core.hookspecs import hookimpl
 from aworld_swift.rows import swift_row
 from aworld_swift.runtime import SwiftRuntime, set_runtime
 from aworld_swift.trajectory import INFO_KEY
@@ -53,6 +54,27 @@ def _runtime(tmp_path: Path, mcp_config: dict[str, Any], **rollout: Any) -> Swif
     runtime = SwiftRuntime(job, tmp_path / "run" / "job.json")
     set_runtime(runtime)
     return runtime
+
+
+class EpisodeObserver:
+    """A plugin that records every ``on_episode_end`` call."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    @hookimpl
+    def on_episode_end(self, episode: Any) -> None:
+        self.seen.append(episode.id)
+
+
+@pytest.fixture
+def observer() -> Any:
+    from aworld_core.plugins import get_plugin_manager
+
+    manager, watcher = get_plugin_manager(), EpisodeObserver()
+    manager.register(watcher, name="swift-test-observer")
+    yield watcher
+    manager.pm.unregister(name="swift-test-observer")
 
 
 @pytest.fixture
@@ -240,7 +262,7 @@ def _assert_only_last_label(parts: dict[str, Any], sample: Any, output: Any) -> 
 
 
 def test_an_unreachable_tool_server_fails_the_episode_and_batches_that_only_fail_stop_training(
-        tmp_path, swift_parts, add_tools, cleanup):
+        tmp_path, swift_parts, add_tools, observer, cleanup):
     import socket
 
     with socket.socket() as sock:  # a port nothing listens on
@@ -257,6 +279,7 @@ def test_an_unreachable_tool_server_fails_the_episode_and_batches_that_only_fail
     _assert_logprobs_match_labels(swift_parts, samples)
     episode = read_episodes(tmp_path / "run" / "trajectories.jsonl")[0]
     assert episode.status.value == "failed" and episode.training is None and episode.reward is None
+    assert observer.seen == [episode.id]  # on_episode_end once, for a failed episode too
     # the first batch in which nothing could train is counted, the second stops training with its cause
     assert _rewards(samples, ["aworld"]) == [[0.0]]
     _, again, _ = _rollout(swift_parts, rows, generations=1, tag="next-")
@@ -352,7 +375,7 @@ def test_trajectories_file_and_infos_are_plain_json(batch):
 
 
 def test_server_mode_run_keeps_rollout_logprobs_with_a_failed_trajectory(tmp_path, swift_parts, mcp_config, add_tools,
-                                                                           cleanup):
+                                                                           observer, cleanup):
     """A ``swift rollout`` server calls ``MultiTurnScheduler.run`` per request on its own loop: the same
     hooks, the same exact sequence, and for a trajectory that does not train as many logprobs as labels
     (one), so the trainer keeps rollout importance sampling for the whole batch."""
@@ -400,6 +423,7 @@ def test_server_mode_run_keeps_rollout_logprobs_with_a_failed_trajectory(tmp_pat
                                                                 strict=True) if m]]
     _assert_logprobs_match_labels(swift_parts, samples)
     assert not scheduler.trajectories  # every trajectory's state was released
+    assert sorted(observer.seen) == sorted(episodes)  # on_episode_end once per episode
 
 
 def test_a_turn_ms_swift_would_close_with_untrained_template_tokens_is_not_trained(batch, swift_parts):

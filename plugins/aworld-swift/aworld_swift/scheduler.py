@@ -75,8 +75,9 @@ class AworldScheduler(MultiTurnScheduler):
         sample = sample_of(request)
         runtime = self.runtime
         stale = self.trajectories.pop(request.uuid, None)
-        if stale is not None:
+        if stale is not None and not stale.final:
             await runtime.loop.call(stale.abort("ms-swift restarted this trajectory"))
+            await runtime.loop.call(stale.conclude())  # recorded and notified like every episode
         trajectory = Trajectory(request.uuid, sample, runtime, max_steps=int(self.max_turns) if self.max_turns else None)
         self.trajectories[request.uuid] = trajectory
         first = await runtime.loop.call(trajectory.start())
