@@ -142,13 +142,13 @@ def test_openai_agents_share_one_gateway_per_loop_closed_at_shutdown(tool_model_
     results = submit_all(real_engine, [{"question": QUESTION, "answer": "5"}] * 3, kwargs)
     assert all(r is not None and r["rewards"].tolist() == [1.0, 1.0] for r in results)
     (state,) = workflow_states()
-    (gateway,) = state.gateways()  # six episodes on AReaL's rollout loop: one gateway
+    (gateway,) = state.gateways.servers()  # six episodes on AReaL's rollout loop: one gateway
     assert state.accepted == 6
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=5):
         pass
 
     close_workflow_states()  # also registered with atexit
-    assert workflow_states() == [] and state.gateways() == []
+    assert workflow_states() == [] and state.gateways.servers() == []
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", gateway.port), timeout=5).close()
 

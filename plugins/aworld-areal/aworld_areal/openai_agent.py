@@ -5,12 +5,15 @@ api_key, model) -> str | None``. :class:`OpenAIAgent` stands where the job's ``A
 worker kit runs it through the ``rollout`` hook, which aworld-areal's plugin answers for it
 (:func:`run_openai_episode`), so failures, scoring, the group policy and ``on_episode_end`` are the
 kit's, as for any agent. Every call the function makes to ``base_url`` (the gateway's per-episode
-URL, ``/sessions/<episode id>/v1``) lands in that episode's token record.
+URL, ``/sessions/<episode id>/v1``) lands in that episode's token record. :class:`Gateways` serves
+one gateway per event loop and token client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +21,8 @@ from typing import Any
 from aworld_core.aio import maybe_await
 from aworld_core.errors import UsageError
 from aworld_core.schemas import Episode, EpisodeStatus, RolloutContext, Sample, new_id
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,3 +87,63 @@ async def run_openai_episode(agent: OpenAIAgent, sample: Sample, llm: Any, conte
     if episode.status is EpisodeStatus.SUCCESS:
         episode.training = view
     return episode
+
+
+class Gateways:
+    """The core's OpenAI-compatible gateway over a ``TokenLLM``, served on loopback by the running
+    event loop (AReaL's rollout loop): one per loop and client, started on first use, stopped by
+    :meth:`close` (from any thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._servers: dict[tuple[int, int], tuple[asyncio.AbstractEventLoop, Any, Any, asyncio.Task[Any]]] = {}
+
+    async def __call__(self, llm: Any) -> Any:
+        from aworld_core.gateway import Gateway, GatewayServer
+
+        loop = asyncio.get_running_loop()
+        key = (id(loop), id(llm))
+        with self._lock:
+            entry = self._servers.get(key)
+            if entry is None or entry[0] is not loop or entry[1] is not llm:
+                for k in [k for k, e in self._servers.items() if e[0].is_closed()]:  # loops that ended
+                    old_loop, _, old_server, _ = self._servers.pop(k)
+                    stop_gateway(old_loop, old_server)
+                server = GatewayServer(Gateway(llm))
+                entry = self._servers[key] = (loop, llm, server, loop.create_task(server.astart()))
+        try:
+            return await asyncio.shield(entry[3])
+        except Exception:
+            with self._lock:
+                if self._servers.get(key) is entry:
+                    del self._servers[key]
+            raise
+
+    def servers(self) -> list[Any]:
+        """The gateway servers started and not closed."""
+        with self._lock:
+            return [entry[2] for entry in self._servers.values()]
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop every gateway."""
+        with self._lock:
+            entries = list(self._servers.values())
+            self._servers.clear()
+        for loop, _, server, _ in entries:
+            stop_gateway(loop, server, timeout_s)
+
+
+def stop_gateway(loop: asyncio.AbstractEventLoop, server: Any, timeout_s: float = 10.0) -> None:
+    """Stop ``server``, served by ``loop``: awaited there when the loop runs in another thread, else
+    marked to exit with its socket closed (a closed loop took its serving task along)."""
+    try:
+        here = asyncio.get_running_loop()
+    except RuntimeError:
+        here = None
+    if loop.is_running() and loop is not here:
+        try:
+            asyncio.run_coroutine_threadsafe(server.astop(), loop).result(timeout_s)
+            return
+        except Exception as exc:  # a loop that does not answer: close the socket below
+            logger.warning("gateway on %s did not stop within %s s: %s", server.address, timeout_s, exc)
+    server.stop()

@@ -40,7 +40,7 @@ from areal.utils import logging as areal_logging
 
 from aworld_areal.data import sample_from_row
 from aworld_areal.engine import ArealTokenEngine, as_gconfig
-from aworld_areal.openai_agent import OpenAIAgent
+from aworld_areal.openai_agent import Gateways, OpenAIAgent
 from aworld_areal.scoring import TRUNCATED, UNTRAINED, RewardScorer, shutdown_pools
 from aworld_areal.tensors import group_tensors
 from aworld_core.config import JobConfig
@@ -116,9 +116,10 @@ class WorkflowState:
             job.reward, base_dir=job.base_dir, processes=options.reward_processes, timeout_s=options.reward_timeout_s,
             turn_discount=options.turn_discount, reject_truncated=options.reject_truncated,
         )
+        self.gateways = Gateways()  # for an OpenAI-API agent: one per event loop and engine
         if options.openai_agent is not None:
             _require_areal_plugin()
-            self.agent: Any = OpenAIAgent.load(options.openai_agent, job.base_dir, self.gateway)
+            self.agent: Any = OpenAIAgent.load(options.openai_agent, job.base_dir, self.gateways)
         else:
             self.agent = build_agent(job)
         self.accepted = 0  # members trained
@@ -133,7 +134,6 @@ class WorkflowState:
         self._warned_extra = False
         self._lock = threading.Lock()
         self._runners: dict[int, tuple[Any, EpisodeRunner]] = {}
-        self._gateways: dict[tuple[int, int], tuple[asyncio.AbstractEventLoop, Any, Any, asyncio.Task[Any]]] = {}
 
     # -- per engine, per loop -----------------------------------------------------------------
 
@@ -159,41 +159,9 @@ class WorkflowState:
                 entry = self._runners[id(engine)] = (engine, runner)
         return entry[1]
 
-    async def gateway(self, llm: Any) -> Any:
-        """The core's OpenAI-compatible gateway over ``llm``, served on loopback by the running
-        event loop (AReaL's rollout loop): one per loop and engine, stopped by :meth:`close`."""
-        from aworld_core.gateway import Gateway, GatewayServer
-
-        loop = asyncio.get_running_loop()
-        key = (id(loop), id(llm))
-        with self._lock:
-            entry = self._gateways.get(key)
-            if entry is None or entry[0] is not loop or entry[1] is not llm:
-                for k in [k for k, e in self._gateways.items() if e[0].is_closed()]:  # loops that ended
-                    old_loop, _, old_server, _ = self._gateways.pop(k)
-                    _stop_gateway(old_loop, old_server)
-                server = GatewayServer(Gateway(llm))
-                entry = self._gateways[key] = (loop, llm, server, loop.create_task(server.astart()))
-        try:
-            return await asyncio.shield(entry[3])
-        except Exception:
-            with self._lock:
-                if self._gateways.get(key) is entry:
-                    del self._gateways[key]
-            raise
-
-    def gateways(self) -> list[Any]:
-        """The gateway servers this state runs (for tests and diagnostics)."""
-        with self._lock:
-            return [entry[2] for entry in self._gateways.values()]
-
     def close(self, timeout_s: float = 10.0) -> None:
-        """Stop every gateway (from any thread; a loop still running elsewhere awaits the stop)."""
-        with self._lock:
-            entries = list(self._gateways.values())
-            self._gateways.clear()
-        for loop, _, server, _ in entries:
-            _stop_gateway(loop, server, timeout_s)
+        """Stop this state's gateways (from any thread)."""
+        self.gateways.close(timeout_s)
 
     # -- one prompt ---------------------------------------------------------------------------
 
@@ -288,22 +256,6 @@ class WorkflowState:
             self.stopped = exc
             logger.error("stopping this worker's rollouts: %s", exc)
             raise
-
-
-def _stop_gateway(loop: asyncio.AbstractEventLoop, server: Any, timeout_s: float = 10.0) -> None:
-    """Stop ``server``, served by ``loop``: awaited there when the loop runs in another thread,
-    else marked to exit with its socket closed (a closed loop took its serving task along)."""
-    try:
-        here = asyncio.get_running_loop()
-    except RuntimeError:
-        here = None
-    if loop.is_running() and loop is not here:
-        try:
-            asyncio.run_coroutine_threadsafe(server.astop(), loop).result(timeout_s)
-            return
-        except Exception as exc:  # a loop that does not answer: close the socket below
-            logger.warning("gateway on %s did not stop within %s s: %s", server.address, timeout_s, exc)
-    server.stop()
 
 
 _STATES: dict[tuple[str, str], WorkflowState] = {}
@@ -401,54 +353,20 @@ class AworldWorkflow(RolloutWorkflow):
     Instances are cheap handles: the state behind them is shared per process (see the module doc).
     """
 
-    def __init__(
-        self,
-        job: str | dict[str, Any] | JobConfig,
-        gconfig: Any,
-        tokenizer: str | Any,
-        *,
-        chat_template: str | None = None,
-        tool_parser: str | None = None,
-        turn_discount: float = 1.0,
-        max_response_tokens: int | None = None,
-        max_steps: int | None = None,
-        episode_timeout_s: float | None = None,
-        reward_processes: int = 0,
-        reward_timeout_s: float = 60.0,
-        reject_truncated: bool = False,
-        openai_agent: str | None = None,
-        groups_per_step: int | None = None,
-    ):
-        options = WorkflowOptions(
-            chat_template=chat_template, tool_parser=tool_parser, turn_discount=float(turn_discount),
-            max_response_tokens=max_response_tokens, max_steps=max_steps, episode_timeout_s=episode_timeout_s,
-            reward_processes=reward_processes, reward_timeout_s=float(reward_timeout_s),
-            reject_truncated=reject_truncated, openai_agent=openai_agent, groups_per_step=groups_per_step,
-        )
-        self.state = workflow_state(job, gconfig, tokenizer, options)
+    def __init__(self, job: str | dict[str, Any] | JobConfig, gconfig: Any, tokenizer: str | Any, **options: Any):
+        unknown = sorted(set(options) - set(WorkflowOptions.__dataclass_fields__))
+        if unknown:
+            raise UsageError(f"unknown AworldWorkflow option(s) {unknown}; the options are "
+                             f"{sorted(WorkflowOptions.__dataclass_fields__)}")
+        self.state = workflow_state(job, gconfig, tokenizer, WorkflowOptions(**options))
         self._running: dict[int, asyncio.Task[Any] | None] = {}  # row id -> the call running its group
 
-    @property
-    def job(self) -> JobConfig:
-        return self.state.job
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.state.tokenizer
-
-    @property
-    def accepted(self) -> int:
-        """Members trained, by every workflow of this job and options in the process."""
-        return self.state.accepted
-
-    @property
-    def rejected(self) -> collections.Counter[str]:
-        """Members not trained, by reason (``REASONS``), process-wide like ``accepted``."""
-        return self.state.rejected
-
-    @property
-    def recent_rejections(self) -> collections.deque[tuple[str, str, str]]:
-        return self.state.recent_rejections
+    def __getattr__(self, name: str) -> Any:
+        """The shared state's attributes: ``accepted`` (members trained), ``rejected`` (members not
+        trained, by reason), ``recent_rejections``, ``job``, ``tokenizer``, ... (process-wide)."""
+        if name == "state":
+            raise AttributeError(name)
+        return getattr(self.state, name)
 
     async def arun_episode(self, engine: Any, data: dict[str, Any]) -> dict[str, Any] | None:
         """The row's group: ``gconfig.n_samples`` rows of AReaL tensors, or ``None`` (dropped)."""
