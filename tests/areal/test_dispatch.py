@@ -130,6 +130,7 @@ def test_prompts_share_one_state_built_once(tool_model_dir, mcp_server, real_eng
     assert len(made) == 3 and len({id(w) for w in made}) == 3  # AReaL built one workflow per prompt
     (state,) = workflow_states()
     assert all(w.state is state for w in made) and counter.builds == 1
+    assert len({id(w.tokenizer) for w in made}) == 1  # loaded once, when the first was built
     assert state.accepted == 3 and made[0].accepted == 3  # one set of counters for the process
     assert len(state._runners) == 1  # one TokenLLM and runner for the engine
 

@@ -22,7 +22,7 @@ def test_request_gconfig_keeps_areals_sampling_and_adds_the_calls_limits():
     engine = ArealTokenEngine(object.__new__(FakeArealEngine), gconfig)
     call = SamplingParams(temperature=0.1, top_p=0.5, max_tokens=30, stop=["</answer>"], extra={STOP_TOKEN_IDS: [7, 1]})
     g = engine.request_gconfig(call)
-    assert g.n_samples == 1  # AReaL makes GRPO groups by running the workflow n_samples times
+    assert g.n_samples == 1  # one sequence per request; each group member is its own episode
     assert (g.temperature, g.top_p) == (0.7, 0.9)  # the trainer recomputes logprobs with gconfig's
     assert g.max_new_tokens == 30 and g.stop_token_ids == [1, 7] and g.stop == ["</answer>"]
     assert gconfig.n_samples == 4 and gconfig.max_new_tokens == 100  # the workflow's gconfig is untouched

@@ -55,8 +55,9 @@ class ArealTokenEngine:
         self.tokenizer = tokenizer
 
     def request_gconfig(self, sampling: SamplingParams) -> Any:
-        """This call's ``GenerationHyperparameters``: ``n_samples=1`` (AReaL makes GRPO groups by
-        running the workflow ``gconfig.n_samples`` times), the per-call limits and stops added."""
+        """This call's ``GenerationHyperparameters``: ``n_samples=1`` (AReaL's engines sample one
+        sequence per request; each of a group's ``gconfig.n_samples`` members is its own episode),
+        the per-call limits and stops added."""
         g = self.gconfig.new(n_samples=1)
         if sampling.max_tokens is not None:
             g.max_new_tokens = min(g.max_new_tokens, sampling.max_tokens)

@@ -302,7 +302,7 @@ def workflow_state(job: Any, gconfig: Any, tokenizer: Any, options: WorkflowOpti
     built on first use (the job parsed, the tokenizer loaded, the agent built: once)."""
     global _ATEXIT
     opts = _options_key(gconfig, tokenizer, options)
-    text_key = (job, opts) if isinstance(job, str) else None
+    text_key = (job, opts) if isinstance(job, str) and job.lstrip().startswith("{") else None  # not a path
     with _STATES_LOCK:
         if text_key is not None and text_key in _BY_TEXT:
             return _BY_TEXT[text_key]
