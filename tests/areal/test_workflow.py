@@ -277,3 +277,14 @@ def test_max_failed_steps_stops_the_workers_rollouts(tool_model_dir, mcp_server)
     # without groups_per_step (a workflow built outside aworld_areal.train) nothing is counted as a step
     free = make_workflow(tool_model_dir, mcp_server, job=job, turn_discount=0.9)
     assert [run(free, down) for _ in range(3)] == [None, None, None]
+
+
+def test_bad_options_fail_when_the_workflow_is_built(tool_model_dir, mcp_server):
+    with pytest.raises(UsageError, match=r"unknown AworldWorkflow option\(s\) \['turn_discunt'\].*'turn_discount'"):
+        make_workflow(tool_model_dir, mcp_server, turn_discunt=0.5)
+    with pytest.raises(UsageError, match=r"workflow\.turn_discount must be in \(0, 1\]"):
+        make_workflow(tool_model_dir, mcp_server, turn_discount=0.0)
+    with pytest.raises(UsageError, match="no reward section"):
+        make_workflow(tool_model_dir, mcp_server, job={**job_dict(tool_model_dir, mcp_server), "reward": None})
+    with pytest.raises(UsageError, match="has no attribute 'REWARDS_MISSING'"):
+        make_workflow(tool_model_dir, mcp_server, openai_agent=f"{OPENAI_AGENT.parent / 'areal_rewards.py'}:REWARDS_MISSING")
