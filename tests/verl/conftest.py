@@ -1,7 +1,9 @@
 """Fixtures for the verl suite: run with ``.venvs/verl/bin/python -m pytest tests/verl``.
 
 verl's trainer needs GPUs, but its agent-loop machinery runs on CPU: the tests build verl's real
-``AgentLoopWorker`` (no Ray) over a ``StubServer`` with the tiny local model behind it.
+``AgentLoopWorker`` (no Ray) over a ``StubServer`` with the tiny local model behind it, and for
+the V1 trainer a local Ray with verl's TransferQueue (``ray_tq``, once per session), verl's
+``AgentLoopWorkerTQ`` in this process and the real ``PPOTrainerSync`` (``make_v1``).
 """
 
 from __future__ import annotations
@@ -82,3 +84,40 @@ async def close_states():
     from aworld_verl.worker_state import close_worker_states
 
     await close_worker_states()
+
+
+@pytest.fixture(scope="session")
+def ray_tq():
+    """A local Ray instance with verl's TransferQueue (what V1's trainer and workers share)."""
+    pytest.importorskip("transfer_queue")
+    import ray
+    import transfer_queue as tq
+
+    # logical CPUs for TransferQueue's controller and storage actors (they reserve one each)
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    tq.init()
+    yield
+    tq.close()
+    ray.shutdown()
+
+
+@pytest.fixture
+def make_v1(ray_tq: Any, verl_base_config: Any, tmp_path: Path):
+    """``make_v1(entries, llm_client, overrides)``: verl's V1 sync trainer over its TQ worker, with
+    our agent-loop YAML; ``overrides`` are hydra overrides on top of the suite's base config."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    def make(entries: list[dict[str, Any]], llm_client: Any, overrides: list[str] | None = None) -> Any:
+        from verl_testkit import BASE_OVERRIDES, V1_OVERRIDES, V1Trainer, compose_verl_config
+
+        path = tmp_path / f"agent_loop_v1_{len(list(tmp_path.glob('agent_loop_v1_*.yaml')))}.yaml"
+        path.write_text(yaml.safe_dump(entries, sort_keys=False))
+        model = verl_base_config.actor_rollout_ref.model.path
+        config = compose_verl_config(
+            [f"actor_rollout_ref.model.path={model}", *BASE_OVERRIDES, *V1_OVERRIDES, *(overrides or [])]
+        )
+        OmegaConf.update(config, "actor_rollout_ref.rollout.agent.agent_loop_config_path", str(path))
+        return V1Trainer(config, llm_client)
+
+    return make

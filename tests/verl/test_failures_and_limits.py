@@ -1,5 +1,7 @@
-"""Failed and timed-out episodes give nothing trainable; truncation keeps ids, mask and logprobs
-aligned; an in-loop reward becomes verl's ``rm_scores``."""
+"""Through verl's V0 worker (``AgentLoopWorker.generate_sequences``, a loop built per sample):
+failed, timed-out and unrewardable episodes hold their rows fully masked, a GRPO group's failed
+member gets the group's neutral reward, truncation keeps ids, mask and logprobs aligned, an
+in-loop reward becomes verl's ``rm_scores``. (The V1 trainer's path: test_v1_groups.py.)"""
 
 from __future__ import annotations
 
@@ -40,22 +42,6 @@ def _row(agent_name: str, question: str, index: int = 0, truth: str = "5") -> di
     }
 
 
-def _loop(worker: Any, **kwargs: Any) -> Any:
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
-
-    from aworld_verl import AworldAgentLoop
-
-    return AworldAgentLoop(
-        trainer_config=DictConfigWrap(worker.config),
-        server_manager=worker.llm_client,
-        tokenizer=worker.tokenizer,
-        processor=worker.processor,
-        dataset_cls=worker.dataset_cls,
-        data_config=DictConfigWrap(worker.config.data),
-        **kwargs,
-    )
-
-
 async def test_failed_episode_is_fully_masked_in_the_v0_batch(make_worker, verl_tokenizer, close_states):
     from verl_testkit import StubServer
 
@@ -72,20 +58,47 @@ async def test_failed_episode_is_fully_masked_in_the_v0_batch(make_worker, verl_
     assert int(out.batch["response_mask"][1].sum()) > 0
 
 
-async def test_failed_and_timed_out_episodes_return_no_item_under_v1(make_worker, verl_tokenizer, close_states):
+async def test_a_timed_out_episode_holds_a_masked_row_and_its_session_is_dropped(make_worker, verl_tokenizer,
+                                                                                  close_states):
     from verl_testkit import StubServer
 
+    entry = {"name": "aworld_slow", "_target_": "aworld_verl.AworldAgentLoop", "agent": "verl_testkit:plain_agent",
+             "episode_timeout_s": 0.3}
     server = StubServer(verl_tokenizer, script=["too late"], delay_s=5.0)
-    worker = make_worker([], server)
-    loop = _loop(worker, agent="verl_testkit:plain_agent", episode_timeout_s=0.3)
-    row = _row("aworld_plain", "hello") | {"uid": "u", "session_id": 0, "global_steps": 1}
-    assert await loop.run(SAMPLING, **row) == []
-    state = loop._worker()
-    assert state.counters.snapshot().get("timeout") == 1
+    worker = make_worker([entry], server)
+    out = await worker.generate_sequences(_batch([_row("aworld_slow", "hello")]))
+    assert list(out.non_tensor_batch["status"]) == ["timeout"]
+    assert int(out.batch["response_mask"][0].sum()) == 0
+    assert out.non_tensor_batch["aworld"][0]["untrained"] == "timeout"
     from aworld_verl import episode_counts
+    from aworld_verl.worker_state import _states
 
     assert episode_counts().get("timeout", 0) >= 1
+    (state,) = [s for s in _states.values() if s.engine.server_manager is server]
     assert state.llm.session_ids() == []  # the timed-out session was dropped, not kept
+
+
+async def test_a_v0_group_keeps_its_rows_and_a_failed_member_gets_the_neutral_reward(make_worker, verl_tokenizer,
+                                                                                     close_states):
+    """V0 repeats a prompt n times under one uid; the worker runs the rows of its chunk together."""
+    from verl_testkit import StubServer
+
+    entry = {"name": "aworld_scored", "_target_": "aworld_verl.AworldAgentLoop", "agent": "verl_testkit:plain_agent",
+             "reward": "verl_testkit:exact_answer_reward"}
+    answers = ["5", "unused", "4"]
+    server = StubServer(verl_tokenizer, script=lambda call: answers[call.member], fail_when=lambda c: c.member == 1)
+    worker = make_worker([entry], server)
+    rows = [_row("aworld_scored", "2+3?", 0) | {"uid": "prompt-a"} for _ in range(3)]
+    out = await worker.generate_sequences(_batch(rows))
+    status = list(out.non_tensor_batch["status"])
+    assert sorted(status) == ["failed", "success", "success"]
+    hole = status.index("failed")
+    scores = out.batch["rm_scores"].sum(dim=1).tolist()
+    survivors = [scores[i] for i in range(3) if i != hole]
+    assert sorted(survivors) == [0.0, 1.0]
+    assert scores[hole] == pytest.approx(0.5)  # the survivors' mean: neutral for the group
+    assert int(out.batch["response_mask"][hole].sum()) == 0
+    assert {f["group"] for f in out.non_tensor_batch["aworld"]} == {"prompt-a"}
 
 
 async def test_truncation_keeps_ids_mask_and_logprobs_aligned(make_worker, verl_tokenizer, monkeypatch, close_states):
@@ -94,26 +107,29 @@ async def test_truncation_keeps_ids_mask_and_logprobs_aligned(make_worker, verl_
     from aworld_core.testing import McpHttpServer
 
     call = "<tool_call>\n" + json.dumps({"name": "echo", "arguments": {"text": "x" * 40}}) + "\n</tool_call>"
+    entry = {"name": "aworld_mcp", "_target_": "aworld_verl.AworldAgentLoop", "agent": "verl_testkit:mcp_agent"}
     server = StubServer(verl_tokenizer, script=[call], response_length=48)
     async with McpHttpServer(name="calc", tools=["echo"]) as mcp:
         monkeypatch.setenv(MCP_URL_ENV, mcp.url)
-        worker = make_worker([], server, {"actor_rollout_ref.rollout.response_length": 48})
-        loop = _loop(worker, agent="verl_testkit:mcp_agent")
-        out = await loop.run(SAMPLING, **_row("aworld_mcp", "echo a lot"))
+        worker = make_worker([entry], server, {"actor_rollout_ref.rollout.response_length": 48})
+        out = await worker.generate_sequences(_batch([_row("aworld_mcp", "echo a lot")]))
 
-    assert out.extra_fields["status"] == "success" and out.extra_fields["stop"] == "length"
-    n = len(out.response_ids)
-    assert n == 48 == len(out.response_mask) == len(out.response_logprobs)
+    assert out.non_tensor_batch["status"][0] == "success" and out.non_tensor_batch["stop"][0] == "length"
+    n = int(out.batch["attention_mask"][0, P:].sum())
+    ids = out.batch["responses"][0, :n].tolist()
+    mask = out.batch["response_mask"][0, :n].tolist()
+    logprobs = out.batch["rollout_log_probs"][0, :n].tolist()
+    assert n == 48 == out.batch["responses"].shape[1]
     sampled = [c.token_ids for c in server.calls]
     first = len(sampled[0])
-    assert out.response_ids[:first] == sampled[0] and out.response_mask[:first] == [1] * first
-    assert out.response_logprobs[:first] == pytest.approx(server.calls[0].log_probs)
+    assert ids[:first] == sampled[0] and mask[:first] == [1] * first
+    assert logprobs[:first] == pytest.approx(server.calls[0].log_probs)
     for i in range(n):  # env tokens carry logprob 0, sampled ones their own
-        if out.response_mask[i] == 0:
-            assert out.response_logprobs[i] == 0.0
+        if mask[i] == 0:
+            assert logprobs[i] == 0.0
     # every sampled token in the view is one the server returned, in order
-    kept = [t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 1]
-    flat = [t for ids in sampled for t in ids]
+    kept = [t for t, m in zip(ids, mask, strict=True) if m == 1]
+    flat = [t for ids_ in sampled for t in ids_]
     assert kept == flat[: len(kept)]
     # no call asked for more than the budget left
     assert all(c.sampling_params["max_tokens"] <= 48 for c in server.calls)
@@ -163,15 +179,17 @@ async def test_reward_in_the_loop_becomes_rm_scores(make_worker, verl_tokenizer,
 async def test_a_failing_reward_makes_the_episode_untrainable(make_worker, verl_tokenizer, close_states):
     from verl_testkit import StubServer
 
-    server = StubServer(verl_tokenizer, script=["5"])
-    worker = make_worker([], server)
-    loop = _loop(worker, agent="verl_testkit:plain_agent", reward="verl_testkit:no_such_reward_function")
     from aworld_core.errors import UsageError
 
-    with pytest.raises(UsageError, match="no_such_reward_function"):
-        await loop.run(SAMPLING, **_row("aworld_plain", "2+3?"))  # a misconfigured reward fails loudly
+    server = StubServer(verl_tokenizer, script=["5"])
+    base = {"_target_": "aworld_verl.AworldAgentLoop", "agent": "verl_testkit:plain_agent"}
+    worker = make_worker([{**base, "name": "misconfigured", "reward": "verl_testkit:no_such_reward_function"},
+                          {**base, "name": "exploding", "reward": "verl_testkit:exploding_reward"}], server)
+    with pytest.raises(UsageError, match="no_such_reward_function"):  # a misconfigured reward fails loudly
+        await worker.generate_sequences(_batch([_row("misconfigured", "2+3?")]))
 
-    loop = _loop(worker, agent="verl_testkit:plain_agent", reward="verl_testkit:exploding_reward")
-    row = _row("aworld_plain", "2+3?") | {"uid": "u", "session_id": 0, "global_steps": 1}
-    assert await loop.run(SAMPLING, **row) == []
-    assert loop._worker().counters.snapshot().get("reward_failed") == 1
+    out = await worker.generate_sequences(_batch([_row("exploding", "2+3?")]))
+    assert out.non_tensor_batch["status"][0] == "success"  # the episode ran; its reward did not
+    assert out.non_tensor_batch["aworld"][0]["untrained"] == "reward_failed"
+    assert "the grader is down" in out.non_tensor_batch["aworld"][0]["error"]
+    assert int(out.batch["response_mask"][0].sum()) == 0

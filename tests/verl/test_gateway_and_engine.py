@@ -117,6 +117,7 @@ async def test_engine_maps_verl_token_output():
             VerlOutput(token_ids=[4, 5], log_probs=[-0.1, -0.2], stop_reason="completed",
                        extra_fields={"global_steps": 4}),
             VerlOutput(token_ids=[], log_probs=None, stop_reason="aborted", extra_fields={}),
+            VerlOutput(token_ids=[4], log_probs=[-0.5], stop_reason="aborted", extra_fields={"global_steps": 5}),
         ]
     )
     engine = VerlTokenEngine(manager)
@@ -127,7 +128,11 @@ async def test_engine_maps_verl_token_output():
     second = await engine.generate([1, 2, 4, 5, 9, 3], sampling, request_id="ep-1:1")
     assert second.stop_reason == LENGTH  # "completed" at max_tokens without a stop id
     third = await engine.generate([1], sampling, request_id="ep-2")
-    assert third.stop_reason == ABORT
+    # vLLM's answer to a request aborted before its first token: nothing sampled, zero logprobs
+    # (not "unknown"), so TokenLLM resumes it
+    assert (third.token_ids, third.logprobs, third.stop_reason) == ([], [], ABORT)
+    partial = await engine.generate([1], sampling, request_id="ep-3")
+    assert (partial.token_ids, partial.logprobs, partial.stop_reason, partial.version) == ([4], [-0.5], ABORT, 5)
     assert manager.seen[0][0] == "ep-1" and manager.seen[0][3] == {"priority": 5}
     assert manager.seen[1][3] == {"priority": 5}  # the member session belongs to the same episode
     assert manager.seen[2][3] == {}

@@ -100,6 +100,10 @@ def test_plan_has_the_seed_defaults_and_the_user_wins(tmp_path, tiny_model_dir):
     assert args["data.train_files"] == f"[{out / 'verl/data/train.parquet'}]"
     assert set(plan.files) == {"verl/agent_loop.yaml", "verl/aworld_job.json"}
     assert any("train.parquet" in note for note in plan.notes)
+    # V1's replay buffer with aworld's per-step counts and the all-failed stop
+    assert args["trainer.v1.sampler.custom_sampler.path"] == "pkg://aworld_verl.sampler"
+    assert args["trainer.v1.sampler.custom_sampler.name"] == "aworld_replay_buffer"
+    assert args["+trainer.v1.sampler.sampler_kwargs.aworld_max_failed_steps"] == "3"
 
 
 def test_dry_run_prints_the_command_and_files(tmp_path, tiny_model_dir):
@@ -140,7 +144,7 @@ async def test_planned_launch_runs_through_verl(tmp_path, tiny_model_dir, verl_t
     plan = _plan(job)
     config = compose_verl_config(plan.command[3:])
     assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "aworld_agent"
-    assert config.reward.custom_reward_function.reward_kwargs.aworld_reward == "reward_fn.py:score"
+    assert config.reward.custom_reward_function.reward_kwargs.aworld_reward.endswith("reward_fn.py:score")
     validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 
     out = Path(plan.cwd)
@@ -260,3 +264,31 @@ def test_the_example_job_plans_against_verls_config(tmp_path):
 
     written = write_datasets(job, tmp_path / "out")
     assert set(written) == {"verl/data/train.parquet", "verl/data/val.parquet"}
+
+
+@pytest.mark.filterwarnings("ignore:Disabled critic")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_planned_sampler_is_the_one_verls_trainer_builds(tmp_path, tiny_model_dir):
+    """verl's own V1 trainer, built from the planned command, loads aworld's replay buffer with the
+    job's max_failed_steps; DAPO settings, which verl hands only to its own buffer, reach ours."""
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl_testkit import compose_verl_config
+
+    from aworld_verl.sampler import AworldReplayBuffer, AworldReplayBufferAsync
+
+    job = _job(tmp_path, tiny_model_dir, rollout={"max_turns": 3, "max_failed_steps": 5})
+    config = compose_verl_config(_plan(job).command[3:])
+    trainer = get_trainer_cls("sync")(config)
+    buffer = trainer.replay_buffer
+    assert isinstance(buffer, AworldReplayBuffer) and isinstance(buffer, ReplayBuffer)
+    assert buffer.watch.failed_steps.limit == 5 and buffer.filter_groups_metric is None
+
+    dapo = {"algorithm.filter_groups.enable": True, "algorithm.filter_groups.metric": "reward",
+            "data.train_batch_size": 4, "actor_rollout_ref.actor.ppo_mini_batch_size": 4}
+    job = _job(tmp_path, tiny_model_dir, backends={"verl": {**_job(tmp_path, tiny_model_dir).backends["verl"], **dapo}})
+    config = compose_verl_config(_plan(job).command[3:])
+    buffer = get_trainer_cls("sync")(config).replay_buffer
+    assert buffer.filter_groups_metric == "reward" and buffer.gen_batch_size == 1 and buffer.train_batch_size == 4
+    config.trainer.v1.trainer_mode = "separate_async"
+    assert isinstance(get_trainer_cls("sync")(config).replay_buffer, AworldReplayBufferAsync)

@@ -1,4 +1,5 @@
-"""Multi-turn tool episodes through verl's worker: a real MCP server on loopback, swarms.
+"""Multi-turn tool episodes through verl's worker: a real MCP server on loopback, swarms (a swarm
+with two trained agents under the V1 trainer: test_v1_groups.py).
 
 The rollout server is scripted (the tiny random model never writes a tool call): it returns the
 ids of a Hermes tool call, then of an answer. The response verl trains on must interleave those
@@ -124,79 +125,3 @@ async def test_swarm_only_the_trained_agent_calls_verl(make_worker, verl_tokeniz
     assert [value for value, _, _ in runs] == [1, 0, 1]
     member_answer = verl_tokenizer.decode(ids[runs[1][1] : runs[1][2]])
     assert "The capital of France is Paris." in member_answer  # trained on as environment text only
-
-
-async def test_v1_returns_one_output_per_trained_session(make_worker, verl_tokenizer, close_states):
-    """Under verl's V1 trainer (uid, session_id passed) a swarm with two trained agents gives two
-    outputs; the reward of the episode sits on the last, as V1 expects."""
-    from verl_testkit import StubServer
-
-    entry = {
-        "name": "aworld_pair",
-        "_target_": "aworld_verl.AworldAgentLoop",
-        "agent": "verl_testkit:two_trained_swarm",
-        "reward": "verl_testkit:exact_answer_reward",
-    }
-
-    def script(call: Any) -> str:
-        text = verl_tokenizer.decode(call.prompt_ids)
-        if "Answers sub-questions" in text and "<tool_response>" not in text:
-            return _tool_call("helper", {"task": "what is 2+3"})
-        if "<tool_response>" in text:
-            return "It is 5."
-        return "5"  # the helper's own answer
-
-    server = StubServer(verl_tokenizer, script=script)
-    worker = make_worker([entry], server)
-    from aworld_verl import AworldAgentLoop
-
-    loop_config = {"agent": "verl_testkit:two_trained_swarm", "reward": "verl_testkit:exact_answer_reward"}
-    loop = _instantiate(worker, AworldAgentLoop, loop_config)
-    row = _row("aworld_pair", "What is 2 + 3?") | {"uid": "u1", "session_id": 0, "global_steps": 7}
-    outputs = await loop.run({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}, **row)
-    assert isinstance(outputs, list) and len(outputs) == 2
-    lead, helper = outputs
-    assert lead.reward_score is None and helper.reward_score == 1.0
-    assert helper.extra_fields["reward_extra_info"] == {"score": 1.0}
-    for output in outputs:
-        sampled = [t for t, m in zip(output.response_ids, output.response_mask, strict=True) if m == 1]
-        session_calls = [c for c in server.calls if _session_of(c, output)]
-        assert sampled == [t for c in session_calls for t in c.token_ids]
-
-    # what V1's worker stores per output (AgentLoopWorkerTQ._agent_loop_postprocess) builds
-    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
-
-    for output in outputs[:-1]:  # V1 first broadcasts the final output's reward to the session
-        output.reward_score = outputs[-1].reward_score
-        output.extra_fields["reward_extra_info"] = outputs[-1].extra_fields["reward_extra_info"]
-    fields = []
-    for output in outputs:
-        field = output.as_dict()
-        field.update(row)
-        field["loss_mask"] = field["response_mask"]
-        fields.append(field)
-    stored = list_of_dict_to_tensordict(fields)
-    assert stored["rm_scores"][1].tolist()[-1] == 1.0 == stored["rm_scores"][0].tolist()[-1]
-    assert stored["rollout_log_probs"][0].tolist() == pytest.approx(lead.response_logprobs)
-
-
-def _session_of(call: Any, output: Any) -> bool:
-    episode = output.extra_fields["trajectory_id"]
-    session = output.extra_fields["aworld_session"]
-    return call.request_id == (episode if session == 0 else f"{episode}:{session}")
-
-
-def _instantiate(worker: Any, cls: type, kwargs: dict[str, Any]) -> Any:
-    """Build a loop the way verl's worker does (inside the running event loop)."""
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
-
-    return cls(
-        trainer_config=DictConfigWrap(worker.config),
-        server_manager=worker.llm_client,
-        tokenizer=worker.tokenizer,
-        processor=worker.processor,
-        dataset_cls=worker.dataset_cls,
-        data_config=DictConfigWrap(worker.config.data),
-        hf_model_type=worker.hf_model_type,
-        **kwargs,
-    )

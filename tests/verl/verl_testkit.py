@@ -74,6 +74,8 @@ class ServedCall:
     kwargs: dict[str, Any]
     token_ids: list[int] = field(default_factory=list)
     log_probs: list[float] | None = None
+    member: int = 0  # the episode's position in the order episodes first called the server
+    stop_reason: str = "completed"
 
 
 Reply = str | Callable[[ServedCall], str]
@@ -86,6 +88,11 @@ class StubServer:
     episode, keyed by ``request_id``); without a script the tiny model samples. Scripted text is
     encoded here, on the sampling side, and the stop id the loop asked for is appended, as a
     server's sampler would emit it. ``delay_s`` delays every answer (for timeouts).
+
+    ``abort(call)`` returning ``"partial"`` or ``"empty"`` answers that call as vLLM answers a
+    request a weight sync aborted (``stop_reason="aborted"``): the first half of what it would
+    have sampled, with logprobs, or nothing with ``log_probs=None``. The next call of the same
+    request id is answered with the rest (the resume), whatever the script says.
     """
 
     def __init__(
@@ -99,6 +106,7 @@ class StubServer:
         version: int | None = 3,
         delay_s: float = 0.0,
         fail_when: Callable[[ServedCall], bool] | None = None,
+        abort: Callable[[ServedCall], str | None] | None = None,
     ):
         self.tokenizer = tokenizer
         self.engine = engine
@@ -108,8 +116,11 @@ class StubServer:
         self.version = version
         self.delay_s = delay_s
         self.fail_when = fail_when
+        self.abort = abort
         self.calls: list[ServedCall] = []
         self._turn: dict[str, int] = {}
+        self._members: dict[str, int] = {}
+        self._rest: dict[str, tuple[list[int], list[float]]] = {}  # what an aborted request had left
 
     def calls_for(self, episode_prefix: str) -> list[ServedCall]:
         return [c for c in self.calls if c.request_id.split(":", 1)[0] == episode_prefix]
@@ -129,9 +140,8 @@ class StubServer:
         return reply(call) if callable(reply) else reply
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any):
-        from verl.workers.rollout.replica import TokenOutput
-
-        call = ServedCall(request_id, list(prompt_ids), dict(sampling_params), dict(kwargs))
+        member = self._members.setdefault(request_id.split(":", 1)[0], len(self._members))
+        call = ServedCall(request_id, list(prompt_ids), dict(sampling_params), dict(kwargs), member=member)
         self.calls.append(call)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
@@ -139,6 +149,11 @@ class StubServer:
             raise RuntimeError(f"rollout server error for {request_id}")
         limit = self._max_tokens(call)
         stops = list(sampling_params.get("stop_token_ids") or [])
+        if request_id in self._rest:  # the resume of an aborted request
+            ids, logprobs = self._rest.pop(request_id)
+            ids, logprobs = ids[:limit], logprobs[:limit]
+            call.token_ids, call.log_probs = ids, logprobs
+            return self._output(call, ids, logprobs, sampling_params)
         if self.script is not None:
             ids = self.tokenizer.encode(self._text(call), add_special_tokens=False)
             if stops:
@@ -159,11 +174,24 @@ class StubServer:
                 request_id=request_id,
             )
             ids, logprobs = list(out.token_ids), list(out.logprobs or [])
+        mode = self.abort(call) if self.abort is not None else None
+        if mode is not None:
+            cut = len(ids) // 2 if mode == "partial" else 0
+            self._rest[request_id] = (ids[cut:], logprobs[cut:])
+            ids, logprobs = ids[:cut], logprobs[:cut]
+            call.stop_reason = "aborted"
+            call.token_ids, call.log_probs = ids, logprobs
+            return self._output(call, ids, logprobs if ids else None, sampling_params)
         call.token_ids, call.log_probs = ids, logprobs
+        return self._output(call, ids, logprobs, sampling_params)
+
+    def _output(self, call: ServedCall, ids: list[int], logprobs: list[float] | None, params: dict[str, Any]) -> Any:
+        from verl.workers.rollout.replica import TokenOutput
+
         return TokenOutput(
             token_ids=ids,
-            log_probs=logprobs if sampling_params.get("logprobs") else None,
-            stop_reason="completed",
+            log_probs=logprobs if params.get("logprobs") else None,
+            stop_reason=call.stop_reason,
             num_preempted=0,
             extra_fields={"global_steps": self.version},
         )
@@ -255,3 +283,147 @@ def __getattr__(name: str) -> Any:  # the loop class needs verl; build it only w
 def exploding_reward(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> float:
     """A reward that fails at run time (recorded on the episode, never a silent 0)."""
     raise ValueError("the grader is down")
+
+
+def down_mcp_agent() -> Agent:
+    """A trained agent whose MCP server at ``$AWORLD_VERL_TEST_MCP_URL`` is down (no retries)."""
+    url = os.environ[MCP_URL_ENV]
+    config = {"mcpServers": {"calc": {"type": "streamable-http", "url": url, "timeout": 2, "sse_read_timeout": 5}}}
+    return Agent("calculator", system_prompt="You add numbers with the add tool.",
+                 conf=AgentConfig(max_steps=2, mcp_connect_retries=0), mcp_config=config, mcp_servers=["calc"])
+
+
+# ---------------------------------------------------------------------------------------------
+# verl's V1 trainer as far as it runs on CPU
+# ---------------------------------------------------------------------------------------------
+
+V1_OVERRIDES = [
+    "algorithm.adv_estimator=grpo",
+    # the actor recomputes old logprobs on GPUs; bypass mode uses the rollout's (verl's option)
+    "algorithm.rollout_correction.bypass_mode=true",
+    "trainer.v1.sampler.custom_sampler.path=pkg://aworld_verl.sampler",
+    "trainer.v1.sampler.custom_sampler.name=aworld_replay_buffer",
+]
+
+
+@dataclass
+class StoredRow:
+    """One output as verl's V1 trainer holds it in TransferQueue after the advantage step."""
+
+    key: str
+    uid: str
+    session: int
+    index: int
+    response_ids: list[int]
+    response_mask: list[int]
+    logprobs: list[float]
+    score: float  # rm_scores summed: what GRPO reads
+    advantage: float  # the row's advantage on its first trained token (0.0 for a masked row)
+    extra: dict[str, Any]
+
+
+@dataclass
+class V1Step:
+    metrics: dict[str, Any]
+    rows: list[StoredRow]
+
+    def group(self, uid: str) -> list[StoredRow]:
+        return sorted((r for r in self.rows if r.uid == uid), key=lambda r: (r.session, r.index))
+
+    def uids(self) -> list[str]:
+        return list(dict.fromkeys(r.uid for r in self.rows))
+
+
+class _InProcessManager:
+    """What ``AgentLoopManagerTQ`` does for the trainer, with the worker in this process: hand the
+    batch to the worker, which spawns its prompts' sessions and returns at once."""
+
+    def __init__(self, worker: Any):
+        self.worker = worker
+        self.pending: list[asyncio.Task[Any]] = []
+
+    def generate_sequences(self, batch: Any) -> None:
+        self.pending.append(asyncio.ensure_future(self.worker.generate_sequences(batch)))
+
+    async def settle(self) -> None:
+        await asyncio.gather(*self.pending)
+        self.pending.clear()
+        while self.worker.background_tasks:
+            await asyncio.gather(*list(self.worker.background_tasks))
+
+
+class V1Trainer:
+    """verl 0.9.1's V1 sync trainer (``PPOTrainerSync``, its replay buffer built from the config:
+    aworld's sampler) over verl's TransferQueue worker (``AgentLoopWorkerTQ``, the class the Ray
+    actor wraps, in this process). ``step`` runs the trainer's own code for one step up to the
+    actor update: submit a batch (``_submit_batch_to_rollout``), sample it, compute advantages."""
+
+    def __init__(self, config: Any, server: Any):
+        from verl.trainer.ppo.v1 import get_trainer_cls
+        from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+        self.config = config
+        self.trainer = get_trainer_cls("sync")(config)
+        self.worker = AgentLoopWorkerTQ.__ray_metadata__.modified_class(config, llm_client=server)
+        self.manager = _InProcessManager(self.worker)
+        self.trainer.agent_loop_manager = self.manager
+        _clear_partition("train")
+
+    async def step(self, rows: list[dict[str, Any]], global_steps: int = 1) -> V1Step:
+        import uuid
+
+        import numpy as np
+        import transfer_queue as tq
+        from verl.utils import tensordict_utils as tu
+
+        columns: dict[str, Any] = {}
+        for key in rows[0]:
+            columns[key] = np.empty(len(rows), dtype=object)
+            columns[key][:] = [row[key] for row in rows]
+        columns["uid"] = np.array([str(uuid.uuid4()) for _ in rows], dtype=object)  # as _fetch_one_gen_batch
+        batch = tu.get_tensordict(columns)
+        tu.assign_non_tensor_data(batch, "global_steps", global_steps)
+        self.trainer.global_steps = global_steps
+        self.trainer._submit_batch_to_rollout(batch)
+        await self.manager.settle()
+        meta, metrics = await asyncio.to_thread(self.trainer.replay_buffer.sample, global_steps, "train", len(rows))
+        try:
+            await asyncio.to_thread(self.trainer._compute_advantage, meta, metrics)
+            stored = await asyncio.to_thread(_read_rows, meta)
+        finally:
+            tq.kv_clear(keys=meta.keys, partition_id=meta.partition_id)  # the trainer's step 7
+            _clear_partition("train")
+        return V1Step(metrics, stored)
+
+
+def _clear_partition(partition_id: str) -> None:
+    import transfer_queue as tq
+
+    listed = (tq.kv_list(partition_id) or {}).get(partition_id, {})
+    if listed:
+        tq.kv_clear(keys=list(listed), partition_id=partition_id)
+
+
+def _read_rows(meta: Any) -> list[StoredRow]:
+    import transfer_queue as tq
+
+    fields = ["uid", "responses", "response_mask", "rollout_log_probs", "rm_scores", "advantages", "extra_fields"]
+    data = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=fields)
+    uids = data.pop("uid").tolist()
+    extras = data.pop("extra_fields").tolist()
+    out = []
+    for i, key in enumerate(meta.keys):
+        uid, session, index = key.rsplit("_", 2)
+        mask = [int(x) for x in data["response_mask"][i].tolist()]
+        adv = data["advantages"][i].tolist()
+        first = next((j for j, m in enumerate(mask) if m), None)
+        out.append(StoredRow(
+            key=key, uid=str(uids[i]), session=int(session), index=int(index),
+            response_ids=[int(x) for x in data["responses"][i].tolist()], response_mask=mask,
+            logprobs=[float(x) for x in data["rollout_log_probs"][i].tolist()],
+            score=float(sum(data["rm_scores"][i].tolist())),
+            advantage=float(adv[first]) if first is not None else 0.0,
+            extra=dict(extras[i]),
+        ))
+        assert uid == str(uids[i])
+    return out

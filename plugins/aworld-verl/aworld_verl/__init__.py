@@ -15,6 +15,7 @@ _EXPORTS = {
     "VerlTokenEngine": "aworld_verl.engine",
     "compute_score": "aworld_verl.reward",
     "episode_counts": "aworld_verl.worker_state",
+    "aworld_replay_buffer": "aworld_verl.sampler",
     "sampling_from_verl": "aworld_verl.sampling",
     "verl_sampling_params": "aworld_verl.sampling",
     "to_verl_rows": "aworld_verl.rows",

@@ -7,6 +7,13 @@ prompt_ids, sampling_params, **kwargs)`` routes a request to a rollout server (s
 ``extra_fields["global_steps"]``). Upstream called the private ``_choose_server``, which 0.9.1 no
 longer has; this engine uses only ``generate``.
 
+An aborted request (a weight sync paused the server: vLLM's ``finish_reason="abort"``, or a
+request parked behind a closed gate) comes back with ``stop_reason="aborted"`` and the tokens
+sampled so far with their logprobs, or no tokens and ``log_probs=None`` when it was aborted before
+the first one. The engine reports it as ``ABORT`` with those tokens (an empty logprob list for
+none), and the core's ``TokenLLM`` resumes it from them, as verl's own ``FullyAsyncLLMServerClient``
+does: the next request's prompt is the prompt plus the sampled tokens, with the budget left.
+
 Per episode the engine also keeps what verl wants back in ``AgentLoopOutput``: the summed
 ``num_preempted``, the time spent generating, and the policy versions (``global_steps``) seen.
 """
@@ -110,7 +117,9 @@ class VerlTokenEngine:
         token_ids = [int(t) for t in (getattr(out, "token_ids", None) or [])]
         log_probs = getattr(out, "log_probs", None)
         logprobs = None if log_probs is None else [float(x) for x in log_probs]
-        if logprobs is not None and not logprobs and token_ids:
+        if not token_ids:
+            logprobs = []  # nothing sampled (an abort before the first token): zero logprobs, not unknown
+        elif logprobs is not None and not logprobs:
             logprobs = None  # an empty list for sampled tokens is "no logprobs", not zero of them
         version = (getattr(out, "extra_fields", None) or {}).get("global_steps")
         return TokenOutput(

@@ -32,6 +32,10 @@ TRAIN_PARQUET = "verl/data/train.parquet"
 VAL_PARQUET = "verl/data/val.parquet"
 REWARD_MODULE = "pkg://aworld_verl.reward"
 AGENT_LOOP_TARGET = "aworld_verl.agent_loop.AworldAgentLoop"
+SAMPLER_MODULE = "pkg://aworld_verl.sampler"
+SAMPLER_NAME = "aworld_replay_buffer"
+SAMPLER_PATH_KEY = "trainer.v1.sampler.custom_sampler.path"
+SAMPLER_KWARGS = "+trainer.v1.sampler.sampler_kwargs"
 
 # tool-call formats verl's own parser registry knows (verl 0.9.1)
 VERL_TOOL_FORMATS = ("hermes", "gpt-oss", "qwen3_coder", "glm", "seed", "minimax", "kimi", "deepseek_v4", "gemma4")
@@ -165,7 +169,40 @@ def job_overrides(job: Any, output_dir: Path) -> dict[str, Any]:
     if job.model is not None and job.model.tool_parser in VERL_TOOL_FORMATS:
         overrides["actor_rollout_ref.rollout.multi_turn.format"] = job.model.tool_parser
     overrides.update(_reward_overrides(job))
+    # V1's replay buffer with AWorld's per-step counts and the all-failed stop (aworld_verl.sampler)
+    overrides[SAMPLER_PATH_KEY] = SAMPLER_MODULE
+    overrides["trainer.v1.sampler.custom_sampler.name"] = SAMPLER_NAME
+    overrides[f"{SAMPLER_KWARGS}.aworld_max_failed_steps"] = job.rollout.max_failed_steps
     return overrides
+
+
+def _lookup(overrides: dict[str, Any], key: str, default: Any = None) -> Any:
+    for spelling in (key, f"+{key}", f"++{key}"):
+        if spelling in overrides:
+            return overrides[spelling]
+    return default
+
+
+def sampler_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """verl hands its DAPO and failed-group options only to its own replay buffer; with ours they
+    go through ``sampler_kwargs`` (as verl's ``_build_replay_buffer`` would set them)."""
+    if _lookup(overrides, SAMPLER_PATH_KEY) != SAMPLER_MODULE:
+        return {}  # the user's own sampler
+    extra: dict[str, Any] = {}
+    batch_size = _lookup(overrides, "data.train_batch_size")
+    refill = bool(_lookup(overrides, "trainer.v1.sampler.sync_refill_failed_groups", False))
+    if _lookup(overrides, "algorithm.filter_groups.enable", False):
+        metric = _lookup(overrides, "algorithm.filter_groups.metric")
+        if not metric:
+            raise UsageError("algorithm.filter_groups.metric must be set when algorithm.filter_groups.enable is true")
+        extra["filter_groups_metric"] = metric
+        extra["max_inflight_gen_batches"] = _lookup(overrides, "algorithm.filter_groups.max_inflight_gen_batches", 1)
+    if refill:
+        extra["sync_refill_failed_groups"] = True
+    if extra:
+        extra["train_batch_size"] = batch_size
+        extra["gen_batch_size"] = 1
+    return {f"{SAMPLER_KWARGS}.{key}": value for key, value in extra.items()}
 
 
 def agent_loop_entries(job: Any, output_dir: Path) -> list[dict[str, Any]]:
@@ -193,6 +230,7 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
 
     overrides = {**SEED_DEFAULTS, **job_overrides(job, output_dir)}
     overrides = _merge(overrides, flatten_dotted(job.backend_section(BACKEND)))
+    overrides.update(sampler_overrides(overrides))
     command = [sys.executable, "-m", "verl.trainer.main_ppo"]
     command += [f"{key}={hydra_value(value)}" for key, value in overrides.items()]
     job_json = json.dumps(job.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
@@ -207,6 +245,12 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
         ),
         "rows: data_source, prompt, ability, reward_model{style,ground_truth}, extra_info{index,...}, agent_name",
     ]
+    if _lookup(overrides, SAMPLER_PATH_KEY) != SAMPLER_MODULE:
+        notes.append("trainer.v1.sampler.custom_sampler is your own: aworld's per-step counts (aworld/*) and the "
+                     "rollout.max_failed_steps stop are off (they live in aworld_verl.sampler)")
+    if not _lookup(overrides, "trainer.use_v1", True):
+        notes.append("trainer.use_v1=false (verl's deprecated V0 trainer): no per-step aworld/* counts and no "
+                     "rollout.max_failed_steps stop (they need V1's replay buffer); the workers log the counts")
     return LaunchPlan(
         backend=BACKEND,
         command=command,

@@ -2,9 +2,10 @@
 
 verl instantiates an agent loop per sample (``hydra.utils.instantiate`` in
 ``AgentLoopWorker._run_agent_loop``), so anything built once per worker lives here, keyed by the
-worker's server manager and event loop: the token-level LLM (``TokenLLM`` over
-``VerlTokenEngine``), the OpenAI-compatible gateway over it (started on first use), the agents
-(built once: they hold no per-episode state) and the episode counters.
+worker's server manager, event loop and token settings: the token-level LLM (the kit's
+``build_token_llm`` over ``VerlTokenEngine``), the OpenAI-compatible gateway over it (started on
+first use), the kit's ``EpisodeRunner`` per loop configuration (its agent built once: agents hold
+no per-episode state), the group rendezvous (``aworld_verl.groups``) and the episode counters.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aworld_verl.engine import VerlTokenEngine
+from aworld_verl.groups import Rendezvous
 
 
 @dataclass
 class EpisodeCounters:
-    """Episodes by outcome in this worker (``success``, ``failed``, ``timeout``, ``reward_failed``,
-    ``truncated``, ...): failures return nothing trainable, so they are counted here and logged."""
+    """Episodes by outcome in this worker (``trained``, ``failed``, ``timeout``, ``reward_failed``,
+    ``group_dropped``, ``truncated``, ...), logged every so often."""
 
     counts: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -37,7 +39,7 @@ class EpisodeCounters:
     def log_every(self, every: int, log: Any) -> None:
         """Log the counts when the number of finished episodes reaches a multiple of ``every``."""
         with self._lock:
-            finished = sum(v for k, v in self.counts.items() if k not in ("truncated",))
+            finished = self.counts["episodes"]
             counts = dict(self.counts)
         if every > 0 and finished and finished % every == 0:
             log.info("aworld-verl worker episodes: %s", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
@@ -50,9 +52,11 @@ class WorkerState:
     model_name: str
     loop: Any = None  # the event loop it serves (ids of closed loops get reused)
     gateway: Any = None  # aworld_core.gateway.GatewayServer, once started
-    agents: dict[Any, Any] = field(default_factory=dict)
+    runners: dict[Any, Any] = field(default_factory=dict)  # loop configuration -> EpisodeRunner
+    groups: Rendezvous = field(default_factory=Rendezvous)
     counters: EpisodeCounters = field(default_factory=EpisodeCounters)
     gateway_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    runner_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def gateway_server(self) -> Any:
         """The gateway over ``llm`` on 127.0.0.1, served by this event loop (started once)."""
@@ -73,20 +77,27 @@ def worker_state(
     server_manager: Any,
     *,
     tokenizer: Any,
-    tool_parser: str,
+    job: Any,
+    tool_parser: str | None,
     chat_template: str | None,
     chat_template_kwargs: dict[str, Any] | None,
     max_prompt_tokens: int | None,
     max_response_tokens: int | None,
     model_name: str,
 ) -> WorkerState:
-    """The state of the worker that owns ``server_manager`` on the running loop (made on first use)."""
-    from aworld_core.tokens.llm import TokenLLM
+    """The state of the worker that owns ``server_manager`` on the running loop (made on first use).
+
+    The token client follows the kit's one rule (``build_token_llm``): ``chat_template`` /
+    ``tool_parser`` when given, else the job's ``model`` section, else the tokenizer's template
+    and ``hermes``.
+    """
+    from aworld_core.worker import build_token_llm, job_key
 
     loop = asyncio.get_running_loop()
     key = (
         id(server_manager),
         id(loop),
+        job_key(job) if job is not None else None,
         tool_parser,
         chat_template,
         repr(sorted((chat_template_kwargs or {}).items())),
@@ -98,9 +109,10 @@ def worker_state(
         if state is not None and state.engine.server_manager is server_manager and state.loop is loop:
             return state
         engine = VerlTokenEngine(server_manager)
-        llm = TokenLLM(
+        llm = build_token_llm(
             engine,
             tokenizer,
+            job,
             chat_template=chat_template,
             tool_parser=tool_parser,
             max_response_tokens=max_response_tokens,
@@ -114,8 +126,8 @@ def worker_state(
 
 
 def episode_counts() -> dict[str, int]:
-    """Episodes by outcome across this process's workers (verl 0.9.1 has no way for an agent loop
-    to add trainer metrics, so failures are counted here, logged, and passed to ``on_episode_end``)."""
+    """Episodes by outcome across this process's workers (logged by the workers; the trainer's
+    per-step counts come from ``aworld_verl.sampler``)."""
     total: Counter[str] = Counter()
     with _states_lock:
         states = list(_states.values())
@@ -134,7 +146,7 @@ async def close_worker_states() -> None:
     for _, state in mine:
         if state.gateway is not None:
             await state.gateway.astop()
-        for agent in state.agents.values():
-            closer = getattr(agent, "aclose", None)
+        for runner in state.runners.values():
+            closer = getattr(runner.agent, "aclose", None)
             if closer is not None:
                 await closer()

@@ -1,0 +1,148 @@
+"""GRPO groups inside one verl agent-loop worker, so the kit's group policy sees every member.
+
+verl builds and runs an agent loop per sample, so one member cannot see its group from ``run()``.
+But verl's workers start a group's members together, in one synchronous stretch of code:
+
+* V1 (``AgentLoopWorkerTQ._run_prompt``) creates the ``n`` session tasks of one prompt (``uid``)
+  in a loop without awaiting in between;
+* V0 (``AgentLoopWorker.generate_sequences``) creates one task per row of its chunk the same way
+  (a group's ``n`` rows share a ``uid``).
+
+Each task's first step runs ``AgentLoopBase.run`` without suspending before it, so each member
+joins its group (:meth:`Rendezvous.join`, keyed by ``uid``) before it awaits anything. The
+group's membership closes one event-loop turn after its first member joined
+(``loop.call_soon``), which is after every sibling created in the same stretch has joined. The
+members then run their episodes; when the last one finishes, the kit's ``apply_group_policy``
+decides the group once, and every member builds its output from that decision. A member that
+raises instead (a configuration error, a cancellation) leaves its group, and the others are
+dropped with it: verl then holds no output for that member, so the group could not stay whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aworld_core.schemas import Episode, EpisodeStatus, Sample, new_id
+from aworld_core.worker import EpisodeGroup
+
+logger = logging.getLogger(__name__)
+
+# decide(group_id, sample, members, any_left) -> the group under the policy
+Decide = Callable[[str, Sample, list[Episode], bool], EpisodeGroup]
+
+
+@dataclass
+class _Group:
+    group_id: str
+    decide: Decide
+    future: asyncio.Future[EpisodeGroup]
+    members: int = 0
+    open: bool = True
+    sample: Sample | None = None
+    episodes: dict[int, Episode] = field(default_factory=dict)
+    left: dict[int, str] = field(default_factory=dict)
+
+    def finished(self) -> bool:
+        return len(self.episodes) + len(self.left) == self.members
+
+    def maybe_decide(self) -> None:
+        if self.open or self.future.done() or not self.finished():
+            return
+        try:
+            episodes = [self.episodes.get(i) or _left_member(self, i) for i in range(self.members)]
+            sample = self.sample or Sample(id=self.group_id, prompt=[])
+            self.future.set_result(self.decide(self.group_id, sample, episodes, bool(self.left)))
+        except BaseException as exc:  # a broken decision must reach every member, not hang them
+            self.future.set_exception(exc)
+
+
+def _left_member(group: _Group, index: int) -> Episode:
+    """The episode a member that raised leaves in its slot (it never trains)."""
+    episode = Episode(id=new_id("ep-"), task_id=group.sample.id if group.sample else group.group_id, agent_id="-")
+    episode.finish(EpisodeStatus.FAILED, group.left.get(index, "the member left its group"))
+    return episode
+
+
+@dataclass
+class Member:
+    """One member's place in its group (``index``: its position, in the order members joined)."""
+
+    group: _Group
+    index: int
+
+    @property
+    def group_id(self) -> str:
+        return self.group.group_id
+
+    @property
+    def size(self) -> int:
+        """The group's size (final once the member has awaited anything)."""
+        return self.group.members
+
+    async def finish(self, episode: Episode, sample: Sample) -> EpisodeGroup:
+        """Hand in the finished episode; returns the group once every member has finished."""
+        group = self.group
+        group.sample = group.sample or sample
+        group.episodes[self.index] = episode
+        group.maybe_decide()
+        return await asyncio.shield(group.future)
+
+    def leave(self, error: BaseException) -> None:
+        """The member raised instead of finishing: the others are decided without it (dropped)."""
+        group = self.group
+        if self.index in group.episodes or self.index in group.left:
+            return
+        group.left[self.index] = f"the agent loop raised {type(error).__name__}: {error}"
+        group.maybe_decide()
+
+
+class Rendezvous:
+    """The open groups of one worker's event loop, keyed by verl's ``uid``."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, _Group] = {}
+
+    def join(self, key: str | None, decide: Decide) -> Member:
+        """Join the open group ``key`` (a new one when none is open; ``None``: a group of one).
+
+        Call it before the first ``await`` of ``run()``: membership closes one loop turn after
+        the group's first member joined.
+        """
+        loop = asyncio.get_running_loop()
+        group = self._open.get(key) if key is not None else None
+        if group is None:
+            group = _Group(group_id=key or new_id("grp-"), decide=decide, future=loop.create_future())
+            if key is not None:
+                self._open[key] = group
+            loop.call_soon(self._close, key, group)
+        member = Member(group, group.members)
+        group.members += 1
+        return member
+
+    def _close(self, key: str | None, group: _Group) -> None:
+        group.open = False
+        if key is not None and self._open.get(key) is group:
+            del self._open[key]
+        group.maybe_decide()
+
+    def open_groups(self) -> int:
+        return len(self._open)
+
+
+def neutral_rewards(group: EpisodeGroup, scored_in_loop: bool) -> list[float | None]:
+    """Each member's ``reward_score`` for verl: a trained member's own reward (``None`` when verl's
+    reward manager scores it), an untrained member's neutral value (the mean reward of the members
+    that train; 0.0 for every member of a dropped group)."""
+    if not scored_in_loop:
+        trained = group.trained()
+        return [None if t else 0.0 for t in trained]
+    return [float(r) if r is not None else 0.0 for r in group.rewards("mean")]
+
+
+def describe(group: EpisodeGroup) -> dict[str, Any]:
+    """What a log line says about a decided group."""
+    return {"group": group.group_id, "size": len(group), "failed": group.failed, "dropped": group.dropped}

@@ -1,0 +1,152 @@
+"""verl V1's replay buffer with AWorld's per-step episode counts and the all-failed stop.
+
+verl 0.9.1 gives agent loops no channel into the trainer's metrics, and its V1 worker swallows an
+agent loop's exception into a "failure" group status, so nothing in a worker can stop training.
+V1 does let a run plug in its own replay buffer (``trainer.v1.sampler.custom_sampler.{path,name}``):
+it runs in the trainer, its ``sample()`` picks each training step's batch, and the metrics it
+returns are logged with the step's own. The launch sets ``aworld_replay_buffer`` there; it is
+verl's own buffer (``ReplayBuffer`` for the sync trainer, ``ReplayBufferAsync`` otherwise) that,
+after each training sample, reads the ``extra_fields["aworld"]`` facts the loop stored with every
+output and
+
+* adds ``aworld/*`` metrics: the kit's ``step_metrics`` over the step's episodes
+  (``aworld/episodes``, ``aworld/trained_rate``, ``aworld/failed_rate``, ``aworld/untrained/<reason>``,
+  ...), plus ``aworld/groups``, ``aworld/groups_dropped`` and ``aworld/placeholders``;
+* feeds the kit's ``FailedSteps``: after ``rollout.max_failed_steps`` consecutive samples in which
+  no episode trained, it raises with the first error, which stops verl's trainer.
+
+``sampler_kwargs``: ``aworld_max_failed_steps`` (the launch sets it from the job); any key that
+is a parameter of verl's buffer (``filter_groups_metric``, ``train_batch_size``,
+``gen_batch_size``, ``max_inflight_gen_batches``, ``sync_refill_failed_groups``) goes to it, since
+verl passes those only to its own buffer (the launch forwards the job's DAPO settings there).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+
+from aworld_core.worker import FailedSteps, GroupPolicy
+
+logger = logging.getLogger(__name__)
+
+MAX_FAILED_STEPS = "aworld_max_failed_steps"
+SETTING = "rollout.max_failed_steps (the job) or trainer.v1.sampler.sampler_kwargs.aworld_max_failed_steps"
+_SUMMED = ("episodes",)
+
+
+def merge_step_metrics(facts: Iterable[Mapping[str, Any]], prefix: str = "aworld/") -> dict[str, float]:
+    """The kit's ``step_metrics`` of a step, from each episode's own (``facts["metrics"]``, the
+    kit's ``step_metrics([episode])``): counts are summed, rates averaged over the episodes,
+    ``tool_error_rate`` over the tool results and ``sampled_tokens`` over the trained episodes."""
+    facts = list(facts)
+    n = len(facts)
+    if not n:
+        return {}
+    each = [f.get("metrics") or {} for f in facts]
+    out: dict[str, float] = {}
+    keys = dict.fromkeys(k for m in each for k in m)
+    for key in keys:
+        values = [float(m.get(key, 0.0)) for m in each]
+        if key in _SUMMED or key.startswith("untrained/"):
+            out[prefix + key] = sum(values)
+        elif key == "tool_error_rate":
+            weights = [float(f.get("tool_results") or 0) for f in facts]
+            total = sum(weights)
+            out[prefix + key] = sum(v * w for v, w in zip(values, weights, strict=True)) / total if total else 0.0
+        elif key == "sampled_tokens":
+            trained = [v for v, m in zip(values, each, strict=True) if m.get("trained_rate") == 1.0]
+            out[prefix + key] = sum(trained) / len(trained) if trained else 0.0
+        else:
+            out[prefix + key] = sum(values) / n
+    groups = {f.get("group") for f in facts}
+    out[prefix + "groups"] = float(len(groups))
+    out[prefix + "groups_dropped"] = float(len({f.get("group") for f in facts if f.get("group_dropped")}))
+    out[prefix + "placeholders"] = float(sum(1 for f in facts if f.get("neutral")))
+    return out
+
+
+def first_error(facts: Iterable[Mapping[str, Any]]) -> str:
+    """The first recorded cause among the step's episodes."""
+    facts = list(facts)
+    for fact in facts:
+        if fact.get("error"):
+            return f"episode {fact.get('episode')}: {fact['error']}"
+    for fact in facts:
+        if fact.get("untrained"):
+            detail = fact.get("group_dropped") or fact["untrained"]
+            return f"episode {fact.get('episode')}: {detail}"
+    return "no episode produced trainable tokens"
+
+
+class StepWatch:
+    """Counts what the loops stored for each training sample; stops after the all-failed steps."""
+
+    def __init__(self, max_failed_steps: int):
+        self.failed_steps = FailedSteps(max_failed_steps, setting=SETTING)
+
+    def facts_of(self, batch: Any) -> list[dict[str, Any]]:
+        """One ``aworld`` record per episode of ``batch`` (a ``KVBatchMeta``), read from verl's
+        TransferQueue; outputs of other agent loops have none."""
+        import transfer_queue as tq
+
+        if not batch.keys:
+            return []
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        seen: dict[str, dict[str, Any]] = {}
+        for extra in data.pop("extra_fields").tolist():  # as verl's own trainer reads it
+            fact = extra.get("aworld") if isinstance(extra, Mapping) else None
+            if isinstance(fact, Mapping):
+                seen.setdefault(str(fact.get("episode")), dict(fact))  # several outputs of one episode
+        return list(seen.values())
+
+    def observe(self, batch: Any) -> dict[str, float]:
+        facts = self.facts_of(batch)
+        if not facts:
+            return {}
+        metrics = merge_step_metrics(facts)
+        trained = sum(1 for f in facts if not f.get("untrained"))
+        if not trained:
+            logger.error("aworld: no episode of this training step trained; first error: %s", first_error(facts))
+        self.failed_steps.record(trained, lambda: first_error(facts))
+        return metrics
+
+
+class _Watched:
+    """``sample()`` of verl's buffer, then the step's counts (training partition only)."""
+
+    watch: StepWatch
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict]:
+        batch, metrics = super().sample(global_steps, partition_id, batch_size)  # type: ignore[misc]
+        if partition_id == "train":
+            metrics = {**metrics, **self.watch.observe(batch)}
+        return batch, metrics
+
+
+class AworldReplayBuffer(_Watched, ReplayBuffer):
+    """verl's sync replay buffer, watched."""
+
+
+class AworldReplayBufferAsync(_Watched, ReplayBufferAsync):
+    """verl's async replay buffer, watched."""
+
+
+def aworld_replay_buffer(**kwargs: Any) -> ReplayBuffer:
+    """What ``trainer.v1.sampler.custom_sampler.name`` names: verl calls it with its buffer's
+    keyword arguments (``trainer_mode``, ``sampler_kwargs``, ``refill_fn``, ...)."""
+    sampler_kwargs = dict(kwargs.get("sampler_kwargs") or {})
+    limit = int(sampler_kwargs.pop(MAX_FAILED_STEPS, GroupPolicy().max_failed_steps))
+    cls: type[ReplayBuffer] = AworldReplayBuffer if kwargs.get("trainer_mode") == "sync" else AworldReplayBufferAsync
+    accepted = set(inspect.signature(ReplayBuffer.__init__).parameters) - {"self"}
+    for key in list(sampler_kwargs):
+        if key in accepted:
+            kwargs[key] = sampler_kwargs.pop(key)
+    kwargs["sampler_kwargs"] = sampler_kwargs
+    buffer = cls(**kwargs)
+    buffer.watch = StepWatch(limit)
+    return buffer
