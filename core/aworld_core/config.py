@@ -132,11 +132,25 @@ class RewardSection(_Section):
     )
 
 
-class RolloutSection(_Section):
-    """How episodes run, whatever the backend."""
+DEFAULT_EPISODE_TIMEOUT_S = 600.0
 
-    max_turns: int = Field(default=8, ge=1)
-    episode_timeout_s: float = Field(default=600.0, gt=0)
+
+class RolloutSection(_Section):
+    """How episodes run, whatever the backend.
+
+    ``max_turns`` and ``episode_timeout_s`` default to ``None`` (not a number) so that "unset"
+    survives the job's serialization to workers: unset, the agent's own limits apply.
+    """
+
+    max_turns: int | None = Field(
+        default=None, ge=1, description="Caps every agent's max_steps; null: each agent's own max_steps."
+    )
+    episode_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description=f"Seconds per episode; null: the (lead) agent's episode_timeout_s, else "
+        f"{DEFAULT_EPISODE_TIMEOUT_S:g}.",
+    )
     concurrency: int = Field(default=8, ge=1)
     failed_episodes: Literal["drop_group", "keep_group_neutral"] = Field(
         default="keep_group_neutral",
@@ -147,6 +161,16 @@ class RolloutSection(_Section):
     max_failed_steps: int = Field(
         default=3, ge=1, description="Stop after this many consecutive steps in which every episode failed."
     )
+
+    def timeout_for(self, agent: Any) -> float | None:
+        """The episode timeout a runner passes: ``episode_timeout_s`` when set; ``None`` when the
+        (lead) agent has its own (the runtime applies it); else the default."""
+        if self.episode_timeout_s is not None:
+            return self.episode_timeout_s
+        lead = getattr(agent, "lead", agent)
+        if getattr(getattr(lead, "conf", None), "episode_timeout_s", None) is not None:
+            return None
+        return DEFAULT_EPISODE_TIMEOUT_S
 
 
 class LoggingSection(_Section):

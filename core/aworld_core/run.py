@@ -103,7 +103,7 @@ def run_eval(job: Any, limit: int | None, out: TextIO) -> int:
     output = job.resolved_output_dir(get_settings().output_root) / "eval.jsonl"
     report = asyncio.run(closing_shared_sessions(evaluate(
         agent, samples, job.reward, concurrency=job.rollout.concurrency, output=output,
-        timeout=job.rollout.episode_timeout_s, base_dir=job.base_dir,
+        timeout=job.rollout.timeout_for(agent), base_dir=job.base_dir,
     ), agent))
     out.write(report.summary() + "\n")
     return 0

@@ -271,6 +271,6 @@ class AgentTrainer:
         target = output or self.job.resolved_output_dir() / f"eval_{dataset}.jsonl"
         return asyncio.run(closing_shared_sessions(evaluate(
             agent, samples, self.job.reward, llm=llm, concurrency=concurrency or self.job.rollout.concurrency,
-            output=target, progress=progress, timeout=self.job.rollout.episode_timeout_s,
+            output=target, progress=progress, timeout=self.job.rollout.timeout_for(agent),
             base_dir=self.job.base_dir,
         ), agent))

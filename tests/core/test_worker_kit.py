@@ -8,6 +8,7 @@ a TokenLLM over the scripted engine, the core's reward registry, a real unreacha
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 
 import pytest
@@ -240,27 +241,30 @@ async def test_run_batch_groups_consecutive_rows(tok, observed) -> None:
     assert metrics["aworld/failed_rate"] == 0.25 and metrics["aworld/untrained/failed"] == 1.0
 
 
-def test_from_job_caps_steps_only_when_the_job_sets_max_turns() -> None:
+def _as_worker_gets_it(data: dict):
+    """The job as a backend worker receives it: dumped whole to JSON, loaded again."""
     from aworld_core.config import load_job_config
 
+    return load_job_config(data=json.loads(load_job_config(data=data).model_dump_json()))
+
+
+def test_from_job_caps_steps_only_when_the_job_sets_max_turns() -> None:
     pm = PluginManager(load_entry_points=False)
-    job = load_job_config(data={"name": "t", "agent": {"max_steps": 3}, "rollout": {"failed_episodes": "drop_group"}})
+    job = _as_worker_gets_it({"name": "t", "agent": {"max_steps": 3}, "rollout": {"failed_episodes": "drop_group"}})
     runner = EpisodeRunner.from_job(job, agent=agent(), manager=pm)
-    assert runner.max_steps is None  # rollout.max_turns' default must not override agent.max_steps
+    assert runner.max_steps is None  # unset rollout.max_turns leaves agent.max_steps in force
     assert runner.policy.failed_episodes == "drop_group"
-    capped = load_job_config(data={"name": "t", "rollout": {"max_turns": 2}})
+    capped = _as_worker_gets_it({"name": "t", "rollout": {"max_turns": 2}})
     assert EpisodeRunner.from_job(capped, agent=agent(), manager=pm).max_steps == 2
 
 
 def test_from_job_episode_timeout_rollout_then_agent_then_default() -> None:
-    from aworld_core.config import load_job_config
-
     pm = PluginManager(load_entry_points=False)
     patient = Agent("a", conf=AgentConfig(episode_timeout_s=30, llm_base_url="http://127.0.0.1:9/v1"))
-    plain = load_job_config(data={"name": "t"})
+    plain = _as_worker_gets_it({"name": "t"})
     assert EpisodeRunner.from_job(plain, agent=patient, manager=pm).timeout is None  # the agent's 30 s applies
-    assert EpisodeRunner.from_job(plain, agent=agent(), manager=pm).timeout == 600.0  # the rollout default
-    set_ = load_job_config(data={"name": "t", "rollout": {"episode_timeout_s": 5}})
+    assert EpisodeRunner.from_job(plain, agent=agent(), manager=pm).timeout == 600.0  # the default
+    set_ = _as_worker_gets_it({"name": "t", "rollout": {"episode_timeout_s": 5}})
     assert EpisodeRunner.from_job(set_, agent=patient, manager=pm).timeout == 5.0
 
 

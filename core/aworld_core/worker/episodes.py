@@ -178,26 +178,20 @@ class EpisodeRunner:
         """A runner with the job's agent, reward, limits and group policy (``kwargs`` override).
 
         ``rollout.max_turns`` caps the agents' steps only when the job sets it; otherwise each
-        agent keeps its own ``max_steps`` (its default must not override ``agent.max_steps``).
-        Likewise the episode timeout is ``rollout.episode_timeout_s`` when the job sets it, else
-        the (lead) agent's ``episode_timeout_s`` when that is set, else the rollout default.
+        agent keeps its own ``max_steps``. The episode timeout is ``rollout.episode_timeout_s``
+        when set, else the (lead) agent's ``episode_timeout_s``, else 600 s
+        (``RolloutSection.timeout_for``).
         """
-        from aworld_core.agents import Swarm
         from aworld_core.worker.build import build_agent
 
         agent = agent if agent is not None else build_agent(job)
-        lead = agent.lead if isinstance(agent, Swarm) else agent
         rollout = job.rollout
-        timeout: float | None = rollout.episode_timeout_s
-        own = getattr(getattr(lead, "conf", None), "episode_timeout_s", None)
-        if "episode_timeout_s" not in rollout.model_fields_set and own is not None:
-            timeout = None  # the runtime applies the agent's own
         options: dict[str, Any] = {
             "reward": job.reward,
             "base_dir": job.base_dir,
             "policy": GroupPolicy.from_job(job),
-            "timeout": timeout,
-            "max_steps": rollout.max_turns if "max_turns" in rollout.model_fields_set else None,
+            "timeout": rollout.timeout_for(agent),
+            "max_steps": rollout.max_turns,
             "concurrency": job.rollout.concurrency,
         }
         options.update(kwargs)

@@ -225,7 +225,7 @@ def workflow_options(job: Any, options: dict[str, Any]) -> dict[str, Any]:
             [(f"backends.areal.{WORKFLOW_KEY}.{k}", options[k], "a workflow option") for k in unknown],
         )
     resolved = {**WORKFLOW_DEFAULTS, **options}
-    if "max_turns" in job.rollout.model_fields_set and resolved.get("max_steps") is None:
+    if job.rollout.max_turns is not None and resolved.get("max_steps") is None:
         resolved["max_steps"] = job.rollout.max_turns
     return resolved
 

@@ -150,7 +150,7 @@ class WorkflowState:
         )
         runner = EpisodeRunner.from_job(
             self.job, llm, agent=self.agent, scorer=self.scorer, max_steps=o.max_steps,
-            timeout=o.episode_timeout_s or self.job.rollout.episode_timeout_s,
+            timeout=o.episode_timeout_s or self.job.rollout.timeout_for(self.agent),
             concurrency=sys.maxsize,  # AReaL bounds it: rollout.max_concurrent_rollouts prompts in flight
         )
         with self._lock:

@@ -76,7 +76,7 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
         "val_dataset": str(out / TEST_FILE) if job.test_dataset is not None else None,
         "external_plugins": [str(PLUGIN_FILE)],
         "multi_turn_scheduler": "aworld",
-        "max_turns": job.rollout.max_turns if "max_turns" in job.rollout.model_fields_set else None,
+        "max_turns": job.rollout.max_turns,
         "reward_funcs": ["aworld"],
         "callbacks": ["aworld"],
         "output_dir": str(out / SWIFT_OUTPUT),
@@ -265,7 +265,7 @@ def write_datasets(job: Any, output_dir: Path) -> dict[str, str]:
         raise UsageError("no agent: set 'agent' (fields or factory) in the job config")
     loop = LoopThread("aworld-swift-tools")
     try:
-        tools = loop.run(list_agent_tools(agent, train[0], timeout=job.rollout.episode_timeout_s))
+        tools = loop.run(list_agent_tools(agent, train[0], timeout=job.rollout.timeout_for(agent)))
     finally:
         loop.close()
     written = {TRAIN_FILE: str(write_rows(train, tools, output_dir / TRAIN_FILE))}

@@ -158,14 +158,15 @@ def job_overrides(job: Any, output_dir: Path) -> dict[str, Any]:
             "data.seed": job.seed,
             "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(out / AGENT_LOOP_FILE),
             "actor_rollout_ref.rollout.agent.default_agent_loop": DEFAULT_AGENT_NAME,
-            "actor_rollout_ref.rollout.multi_turn.max_user_turns": job.rollout.max_turns,
-            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": job.rollout.max_turns,
             "trainer.project_name": "aworld",
             "trainer.experiment_name": job.name,
             "trainer.default_local_dir": str(out / "checkpoints"),
             "trainer.logger": ["console", *[r for r in job.logging.report_to if r != "console"]],
         }
     )
+    if job.rollout.max_turns is not None:  # unset: the agent's own max_steps
+        overrides["actor_rollout_ref.rollout.multi_turn.max_user_turns"] = job.rollout.max_turns
+        overrides["actor_rollout_ref.rollout.multi_turn.max_assistant_turns"] = job.rollout.max_turns
     if job.model is not None and job.model.tool_parser in VERL_TOOL_FORMATS:
         overrides["actor_rollout_ref.rollout.multi_turn.format"] = job.model.tool_parser
     overrides.update(_reward_overrides(job))
@@ -233,7 +234,9 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
     overrides.update(sampler_overrides(overrides))
     command = [sys.executable, "-m", "verl.trainer.main_ppo"]
     command += [f"{key}={hydra_value(value)}" for key, value in overrides.items()]
-    job_json = json.dumps(job.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+    # only what the job set: the worker kit tells a set rollout.max_turns / episode_timeout_s from a
+    # default (a default leaves the agent's own max_steps / episode_timeout_s in force)
+    job_json = json.dumps(job.model_dump(mode="json", exclude_unset=True), indent=2, ensure_ascii=False) + "\n"
     out = output_dir.resolve()
     notes = [f"the job lacks {item}: set it before launching" for item in missing_for_launch(job)]
     notes += [
