@@ -21,15 +21,11 @@ dropped with it: verl then holds no output for that member, so the group could n
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from aworld_core.schemas import Episode, EpisodeStatus, Sample, new_id
 from aworld_core.worker import EpisodeGroup
-
-logger = logging.getLogger(__name__)
 
 # decide(group_id, sample, members, any_left) -> the group under the policy
 Decide = Callable[[str, Sample, list[Episode], bool], EpisodeGroup]
@@ -78,11 +74,6 @@ class Member:
     def group_id(self) -> str:
         return self.group.group_id
 
-    @property
-    def size(self) -> int:
-        """The group's size (final once the member has awaited anything)."""
-        return self.group.members
-
     async def finish(self, episode: Episode, sample: Sample) -> EpisodeGroup:
         """Hand in the finished episode; returns the group once every member has finished."""
         group = self.group
@@ -130,6 +121,7 @@ class Rendezvous:
         group.maybe_decide()
 
     def open_groups(self) -> int:
+        """Groups still taking members (tests, diagnostics)."""
         return len(self._open)
 
 
@@ -141,8 +133,3 @@ def neutral_rewards(group: EpisodeGroup, scored_in_loop: bool) -> list[float | N
         trained = group.trained()
         return [None if t else 0.0 for t in trained]
     return [float(r) if r is not None else 0.0 for r in group.rewards("mean")]
-
-
-def describe(group: EpisodeGroup) -> dict[str, Any]:
-    """What a log line says about a decided group."""
-    return {"group": group.group_id, "size": len(group), "failed": group.failed, "dropped": group.dropped}

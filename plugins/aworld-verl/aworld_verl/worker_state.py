@@ -91,13 +91,13 @@ def worker_state(
     ``tool_parser`` when given, else the job's ``model`` section, else the tokenizer's template
     and ``hermes``.
     """
-    from aworld_core.worker import build_token_llm, job_key
+    from aworld_core.worker import build_token_llm
 
     loop = asyncio.get_running_loop()
     key = (
         id(server_manager),
         id(loop),
-        job_key(job) if job is not None else None,
+        id(job),  # the kit's load_job keeps each job object for the process's life
         tool_parser,
         chat_template,
         repr(sorted((chat_template_kwargs or {}).items())),
@@ -146,7 +146,7 @@ async def close_worker_states() -> None:
     for _, state in mine:
         if state.gateway is not None:
             await state.gateway.astop()
-        for runner in state.runners.values():
-            closer = getattr(runner.agent, "aclose", None)
+        for agent in {id(r.agent): r.agent for r in state.runners.values()}.values():
+            closer = getattr(agent, "aclose", None)
             if closer is not None:
                 await closer()
