@@ -5,9 +5,9 @@ Each test runs verl 0.9.1's own code for a training step up to the actor update:
 ``PPOTrainerSync`` (its replay buffer loaded from the config: ``aworld_verl.sampler``) submits a
 batch to verl's ``AgentLoopWorkerTQ`` (in this process), whose ``_run_prompt`` starts ``n``
 sessions per prompt, each building its own ``AworldAgentLoop`` through hydra and storing its
-outputs in TransferQueue (local Ray); then the trainer samples the step and computes GRPO
-advantages with verl's ``_compute_advantage``. Only the rollout server is a stand-in
-(``StubServer``: scripted replies as token ids).
+outputs in TransferQueue (local Ray); then the trainer samples the step, computes GRPO
+advantages with verl's ``_compute_advantage`` and its step metrics with ``_compute_metrics``.
+Only the rollout server is a stand-in (``StubServer``: scripted replies as token ids).
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ async def test_a_failed_member_keeps_its_place_with_a_neutral_reward(make_v1, ve
     assert m["aworld/episodes"] == 4 and m["aworld/trained_rate"] == 0.75 and m["aworld/failed_rate"] == 0.25
     assert m["aworld/untrained/failed"] == 1 and m["aworld/placeholders"] == 1
     assert m["aworld/groups"] == 1 and m["aworld/groups_dropped"] == 0
+    assert m["training/num_turns/min"] >= 1 and "critic/advantages/mean" in m  # verl's own step metrics ran
 
 
 async def test_a_group_left_with_one_member_gets_no_raw_reward_as_advantage(make_v1, verl_tokenizer, close_states):

@@ -352,6 +352,13 @@ class _InProcessManager:
             await asyncio.gather(*list(self.worker.background_tasks))
 
 
+class _NoGpuPool:
+    """The one thing the trainer's metrics ask of its resource pool (built with the GPU workers)."""
+
+    def get_n_gpus(self) -> int:
+        return 1
+
+
 class V1Trainer:
     """verl 0.9.1's V1 sync trainer (``PPOTrainerSync``, its replay buffer built from the config:
     aworld's sampler) over verl's TransferQueue worker (``AgentLoopWorkerTQ``, the class the Ray
@@ -367,6 +374,7 @@ class V1Trainer:
         self.worker = AgentLoopWorkerTQ.__ray_metadata__.modified_class(config, llm_client=server)
         self.manager = _InProcessManager(self.worker)
         self.trainer.agent_loop_manager = self.manager
+        self.trainer.resource_pool_manager = _NoGpuPool()  # init() builds the GPU pools; metrics read its size
         _clear_partition("train")
 
     async def step(self, rows: list[dict[str, Any]], global_steps: int = 1) -> V1Step:
@@ -390,6 +398,9 @@ class V1Trainer:
         try:
             await asyncio.to_thread(self.trainer._compute_advantage, meta, metrics)
             stored = await asyncio.to_thread(_read_rows, meta)
+            # the trainer's own step metrics over what the loops stored (they must compute)
+            timing = {"step": 1.0, "gen": 1.0}
+            await asyncio.to_thread(self.trainer._compute_metrics, meta, metrics, timing, global_steps, 0)
         finally:
             tq.kv_clear(keys=meta.keys, partition_id=meta.partition_id)  # the trainer's step 7
             _clear_partition("train")
