@@ -56,7 +56,7 @@ def _survivors_advantages(scores: list[float], norm_by_std: bool) -> list[float]
 
 @pytest.mark.parametrize("norm_by_std", [False, True], ids=["dr_grpo", "grpo"])
 async def test_a_failed_member_keeps_its_place_with_a_neutral_reward(make_v1, verl_tokenizer, close_states,
-                                                                     norm_by_std):
+                                                                     norm_by_std, caplog):
     from verl_testkit import StubServer
 
     answers = ["5", "4", "unused", "5"]  # member 2's server call fails
@@ -69,6 +69,8 @@ async def test_a_failed_member_keeps_its_place_with_a_neutral_reward(make_v1, ve
     (uid,) = step.uids()
     group = step.group(uid)
     assert [(r.session, r.index) for r in group] == [(0, 0), (1, 0), (2, 0), (3, 0)]  # the group kept its size
+    assert {r.extra["aworld"]["group"] for r in group} == {uid}  # decided as one group in the worker
+    assert "did not start together" not in caplog.text
     failed = [r for r in group if r.extra["status"] == "failed"]
     survivors = [r for r in group if r.extra["status"] == "success"]
     assert len(failed) == 1 and len(survivors) == 3

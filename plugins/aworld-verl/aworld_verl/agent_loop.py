@@ -247,6 +247,8 @@ class AworldAgentLoop(AgentLoopBase):
     ) -> AgentLoopOutput | list[AgentLoopOutput]:
         v1 = _v1(row)
         steps = plain(row.get("global_steps")) if v1 else None
+        if v1 and plain(row["session_id"]) != member.index:
+            _warn_split(group.group_id)
         reason = untrainable_reason(episode, needs_reward=self.reward_in_loop)
         reward = neutral_rewards(group, self.reward_in_loop)[member.index]
         facts = episode_facts(episode, needs_reward=self.reward_in_loop, neutral=reason is not None)
@@ -311,6 +313,21 @@ class AworldAgentLoop(AgentLoopBase):
                 f"'module:Class')"
             )
         return parser
+
+
+_warned_split = False
+
+
+def _warn_split(uid: str) -> None:
+    """verl started a prompt's sessions apart (not in one stretch): each part was decided alone."""
+    global _warned_split
+    if not _warned_split:
+        _warned_split = True
+        logger.warning(
+            "the sessions of prompt %s did not start together in this worker, so its GRPO group was decided "
+            "in parts (a failed member's neutral reward comes from its part); this verl version runs "
+            "AgentLoopWorkerTQ._run_prompt differently from 0.9.1", uid,
+        )
 
 
 def _v1(row: dict[str, Any]) -> bool:
