@@ -234,8 +234,7 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
     overrides.update(sampler_overrides(overrides))
     command = [sys.executable, "-m", "verl.trainer.main_ppo"]
     command += [f"{key}={hydra_value(value)}" for key, value in overrides.items()]
-    # only what the job set: the worker kit tells a set rollout.max_turns / episode_timeout_s from a
-    # default (a default leaves the agent's own max_steps / episode_timeout_s in force)
+    # only what the job set: the workers rebuild the rest from the same defaults
     job_json = json.dumps(job.model_dump(mode="json", exclude_unset=True), indent=2, ensure_ascii=False) + "\n"
     out = output_dir.resolve()
     notes = [f"the job lacks {item}: set it before launching" for item in missing_for_launch(job)]
