@@ -14,6 +14,7 @@ pytest.importorskip("verl.experimental.agent_loop")
 
 import numpy as np
 from verl_testkit import PROMPT_LENGTH as P
+from verl_testkit import verl_row
 
 pytestmark = pytest.mark.slow
 
@@ -31,17 +32,6 @@ def _batch(rows: list[dict[str, Any]]) -> Any:
     return DataProto.from_dict(non_tensors=columns)
 
 
-def _row(agent_name: str, question: str, index: int = 0, truth: str = "5") -> dict[str, Any]:
-    return {
-        "raw_prompt": [{"role": "user", "content": question}],
-        "agent_name": agent_name,
-        "data_source": "unit",
-        "reward_model": {"style": "rule", "ground_truth": truth},
-        "extra_info": {"index": index},
-        "index": index,
-    }
-
-
 async def test_failed_episode_is_fully_masked_in_the_v0_batch(make_worker, verl_tokenizer, close_states):
     from verl_testkit import StubServer
 
@@ -49,7 +39,7 @@ async def test_failed_episode_is_fully_masked_in_the_v0_batch(make_worker, verl_
     server = StubServer(verl_tokenizer, script=["fine"], fail_when=lambda call: "explode" in verl_tokenizer.decode(call.prompt_ids))
     worker = make_worker([entry], server)
     out = await worker.generate_sequences(
-        _batch([_row("aworld_plain", "please explode", 0), _row("aworld_plain", "say fine", 1)])
+        _batch([verl_row("aworld_plain", "please explode", 0), verl_row("aworld_plain", "say fine", 1)])
     )
     status = list(out.non_tensor_batch["status"])
     assert status == ["failed", "success"]
@@ -66,7 +56,7 @@ async def test_a_timed_out_episode_holds_a_masked_row_and_its_session_is_dropped
              "episode_timeout_s": 0.3}
     server = StubServer(verl_tokenizer, script=["too late"], delay_s=5.0)
     worker = make_worker([entry], server)
-    out = await worker.generate_sequences(_batch([_row("aworld_slow", "hello")]))
+    out = await worker.generate_sequences(_batch([verl_row("aworld_slow", "hello")]))
     assert list(out.non_tensor_batch["status"]) == ["timeout"]
     assert int(out.batch["response_mask"][0].sum()) == 0
     assert out.non_tensor_batch["aworld"][0]["untrained"] == "timeout"
@@ -88,7 +78,7 @@ async def test_a_v0_group_keeps_its_rows_and_a_failed_member_gets_the_neutral_re
     answers = ["5", "unused", "4"]
     server = StubServer(verl_tokenizer, script=lambda call: answers[call.member], fail_when=lambda c: c.member == 1)
     worker = make_worker([entry], server)
-    rows = [_row("aworld_scored", "2+3?", 0) | {"uid": "prompt-a"} for _ in range(3)]
+    rows = [verl_row("aworld_scored", "2+3?", 0) | {"uid": "prompt-a"} for _ in range(3)]
     out = await worker.generate_sequences(_batch(rows))
     status = list(out.non_tensor_batch["status"])
     assert sorted(status) == ["failed", "success", "success"]
@@ -112,7 +102,7 @@ async def test_truncation_keeps_ids_mask_and_logprobs_aligned(make_worker, verl_
     async with McpHttpServer(name="calc", tools=["echo"]) as mcp:
         monkeypatch.setenv(MCP_URL_ENV, mcp.url)
         worker = make_worker([entry], server, {"actor_rollout_ref.rollout.response_length": 48})
-        out = await worker.generate_sequences(_batch([_row("aworld_mcp", "echo a lot")]))
+        out = await worker.generate_sequences(_batch([verl_row("aworld_mcp", "echo a lot")]))
 
     assert out.non_tensor_batch["status"][0] == "success" and out.non_tensor_batch["stop"][0] == "length"
     n = int(out.batch["attention_mask"][0, P:].sum())
@@ -153,9 +143,9 @@ async def test_reward_in_the_loop_becomes_rm_scores(make_worker, verl_tokenizer,
     out = await worker.generate_sequences(
         _batch(
             [
-                _row("aworld_scored", "2+3?", 0, truth="5"),
-                _row("aworld_scored", "2+2?", 1, truth="4"),
-                _row("aworld_scored", "explode, then 2+3?", 2, truth="5"),
+                verl_row("aworld_scored", "2+3?", 0, truth="5"),
+                verl_row("aworld_scored", "2+2?", 1, truth="4"),
+                verl_row("aworld_scored", "explode, then 2+3?", 2, truth="5"),
             ]
         )
     )
@@ -170,7 +160,7 @@ async def test_reward_in_the_loop_becomes_rm_scores(make_worker, verl_tokenizer,
 
     # next to verl's own loop (no score of its own) the batch still assembles
     mixed = await worker.generate_sequences(
-        _batch([_row("aworld_scored", "2+3?", 0), _row("single_turn_agent", "2+3?", 1)])
+        _batch([verl_row("aworld_scored", "2+3?", 0), verl_row("single_turn_agent", "2+3?", 1)])
     )
     assert "rm_scores" not in mixed.batch.keys()
     assert list(mixed.non_tensor_batch["status"]) == ["success", None]
@@ -186,9 +176,9 @@ async def test_a_failing_reward_makes_the_episode_untrainable(make_worker, verl_
     worker = make_worker([{**base, "name": "misconfigured", "reward": "verl_testkit:no_such_reward_function"},
                           {**base, "name": "exploding", "reward": "verl_testkit:exploding_reward"}], server)
     with pytest.raises(UsageError, match="no_such_reward_function"):  # a misconfigured reward fails loudly
-        await worker.generate_sequences(_batch([_row("misconfigured", "2+3?")]))
+        await worker.generate_sequences(_batch([verl_row("misconfigured", "2+3?")]))
 
-    out = await worker.generate_sequences(_batch([_row("exploding", "2+3?")]))
+    out = await worker.generate_sequences(_batch([verl_row("exploding", "2+3?")]))
     assert out.non_tensor_batch["status"][0] == "success"  # the episode ran; its reward did not
     assert out.non_tensor_batch["aworld"][0]["untrained"] == "reward_failed"
     assert "the grader is down" in out.non_tensor_batch["aworld"][0]["error"]

@@ -21,6 +21,8 @@ import pytest
 pytest.importorskip("verl.experimental.agent_loop")
 pytest.importorskip("transfer_queue")
 
+from verl_testkit import verl_row  # after the skips: it imports verl
+
 pytestmark = pytest.mark.slow
 
 REWARDED = {
@@ -29,17 +31,6 @@ REWARDED = {
     "agent": "verl_testkit:plain_agent",
     "reward": "verl_testkit:exact_answer_reward",
 }
-
-
-def _row(question: str, index: int = 0, truth: str = "5", agent_name: str = "aworld_plain") -> dict[str, Any]:
-    return {
-        "raw_prompt": [{"role": "user", "content": question}],
-        "agent_name": agent_name,
-        "data_source": "unit",
-        "reward_model": {"style": "rule", "ground_truth": truth},
-        "extra_info": {"index": index},
-        "index": index,
-    }
 
 
 def _survivors_advantages(scores: list[float], norm_by_std: bool) -> list[float]:
@@ -64,7 +55,7 @@ async def test_a_failed_member_keeps_its_place_with_a_neutral_reward(make_v1, ve
                         fail_when=lambda call: call.member == 2)
     v1 = make_v1([REWARDED], server, ["actor_rollout_ref.rollout.n=4",
                                       f"algorithm.norm_adv_by_std_in_grpo={str(norm_by_std).lower()}"])
-    step = await v1.step([_row("What is 2 + 3?")])
+    step = await v1.step([verl_row("aworld_plain", "What is 2 + 3?")])
 
     (uid,) = step.uids()
     group = step.group(uid)
@@ -104,7 +95,7 @@ async def test_a_group_left_with_one_member_gets_no_raw_reward_as_advantage(make
 
     server = StubServer(verl_tokenizer, script=["5"], fail_when=lambda call: call.member == 1)
     v1 = make_v1([REWARDED], server, ["actor_rollout_ref.rollout.n=2"])
-    step = await v1.step([_row("What is 2 + 3?")])
+    step = await v1.step([verl_row("aworld_plain", "What is 2 + 3?")])
     group = step.group(step.uids()[0])
     assert len(group) == 2
     (survivor,) = [r for r in group if r.extra["status"] == "success"]
@@ -118,7 +109,7 @@ async def test_drop_group_masks_every_member(make_v1, verl_tokenizer, close_stat
     entry = {**REWARDED, "failed_episodes": "drop_group"}
     server = StubServer(verl_tokenizer, script=["5"], fail_when=lambda call: call.member == 1)
     v1 = make_v1([entry], server, ["actor_rollout_ref.rollout.n=3"])
-    step = await v1.step([_row("What is 2 + 3?")])
+    step = await v1.step([verl_row("aworld_plain", "What is 2 + 3?")])
     group = step.group(step.uids()[0])
     assert len(group) == 3
     assert sorted(r.extra["status"] for r in group) == ["failed", "success", "success"]
@@ -147,7 +138,7 @@ async def test_all_failed_steps_stop_after_max_failed_steps_with_the_first_error
     server = StubServer(verl_tokenizer, script=["5"])
     v1 = make_v1([entry], server, ["actor_rollout_ref.rollout.n=2",
                                    "+trainer.v1.sampler.sampler_kwargs.aworld_max_failed_steps=2"])
-    rows = [_row("What is 2 + 3?", 0, agent_name="aworld_mcp"), _row("What is 1 + 1?", 1, "2", "aworld_mcp")]
+    rows = [verl_row("aworld_mcp", "What is 2 + 3?", 0), verl_row("aworld_mcp", "What is 1 + 1?", 1, "2")]
 
     first = await v1.step(rows, global_steps=1)
     assert len(first.rows) == 4  # both groups whole: every member in its place, masked
@@ -177,7 +168,7 @@ async def test_an_aborted_generation_resumes_from_its_sampled_tokens(make_v1, ve
 
     server = StubServer(verl_tokenizer, script=["The answer is 5."], abort=abort_first)
     v1 = make_v1([REWARDED], server, ["actor_rollout_ref.rollout.n=2"])
-    step = await v1.step([_row("What is 2 + 3?")])
+    step = await v1.step([verl_row("aworld_plain", "What is 2 + 3?")])
 
     group = step.group(step.uids()[0])
     assert len(group) == 2
@@ -212,7 +203,7 @@ async def test_two_trained_sessions_share_the_episode_reward_and_advantage(make_
     entry = {**REWARDED, "name": "aworld_pair", "agent": "verl_testkit:two_trained_swarm"}
     server = StubServer(verl_tokenizer, script=script)
     v1 = make_v1([entry], server, ["actor_rollout_ref.rollout.n=2"])
-    step = await v1.step([_row("What is 2 + 3?", agent_name="aworld_pair")])
+    step = await v1.step([verl_row("aworld_pair", "What is 2 + 3?")])
     group = step.group(step.uids()[0])
     assert [(r.session, r.index) for r in group] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for session in (0, 1):

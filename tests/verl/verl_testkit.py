@@ -438,3 +438,15 @@ def _read_rows(meta: Any) -> list[StoredRow]:
         ))
         assert uid == str(uids[i])
     return out
+
+
+def verl_row(agent_name: str, question: str, index: int = 0, truth: str = "5") -> dict[str, Any]:
+    """One verl dataset row as the agent loop receives it."""
+    return {
+        "raw_prompt": [{"role": "user", "content": question}],
+        "agent_name": agent_name,
+        "data_source": "unit",
+        "reward_model": {"style": "rule", "ground_truth": truth},
+        "extra_info": {"index": index},
+        "index": index,
+    }
