@@ -16,7 +16,7 @@ QUIET  := -q --progress-bar off
 
 CORE_PKGS := -e 'core[hf,data,postgres]' -e plugins/aworld-trl -e 'plugins/aworld-gaia-env[test]' \
              -e plugins/aworld-verl -e plugins/aworld-areal -e plugins/aworld-swift \
-             -e examples/cpu_grpo_demo
+             -e examples/cpu_grpo_demo -e examples/reinforce_backend
 
 # test suites that run in the core environment
 CORE_TESTS := tests/core tests/trl tests/gaia_env tests/service
@@ -34,7 +34,8 @@ help:
 
 venv: $(STAMPS)/core
 
-$(STAMPS)/core: core/pyproject.toml $(wildcard plugins/*/pyproject.toml) examples/cpu_grpo_demo/pyproject.toml requirements/test.txt
+$(STAMPS)/core: core/pyproject.toml $(wildcard plugins/*/pyproject.toml) examples/cpu_grpo_demo/pyproject.toml \
+              examples/reinforce_backend/pyproject.toml requirements/test.txt
 	@mkdir -p $(STAMPS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install $(QUIET) -U pip

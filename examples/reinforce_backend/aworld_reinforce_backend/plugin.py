@@ -1,0 +1,39 @@
+"""The plugin: the ``reinforce`` backend, its in-process launch plan, and its toy task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aworld_core import BackendSpec, DatasetSpec, LaunchPlan, RewardSpec, hookimpl
+
+
+@hookimpl
+def register_backends() -> list[BackendSpec]:
+    return [BackendSpec("reinforce", "REINFORCE with a group baseline in plain PyTorch (an example; CPU)",
+                        framework="torch", install_hint="pip install 'aworld-core[hf]'")]
+
+
+@hookimpl
+def register_datasets() -> list[DatasetSpec]:
+    return [DatasetSpec("case_prompts", "random words, all UPPER or all lower case (options: n, seed)",
+                        "aworld_reinforce_backend.task:load_case_prompts")]
+
+
+@hookimpl
+def register_rewards() -> list[RewardSpec]:
+    return [RewardSpec("same_case", "the share of the answer's letters in the prompt's case",
+                       "aworld_reinforce_backend.task:same_case")]
+
+
+@hookimpl
+def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
+    if backend != "reinforce":
+        return None  # not ours
+    # an import reference and serialized config: the trainer rebuilds everything from them
+    return LaunchPlan(
+        backend="reinforce",
+        entrypoint="aworld_reinforce_backend.train:train",
+        entrypoint_kwargs={"job": job.model_dump(mode="json"), "output_dir": str(output_dir)},
+        files={"job.json": job.model_dump_json(indent=2)},
+    )
