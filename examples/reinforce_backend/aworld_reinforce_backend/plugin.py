@@ -6,6 +6,20 @@ from pathlib import Path
 from typing import Any
 
 from aworld_core import BackendSpec, DatasetSpec, LaunchPlan, RewardSpec, hookimpl
+from aworld_core.errors import ConfigError
+
+DEFAULTS = {"steps": 100, "prompts_per_step": 8, "group_size": 8, "learning_rate": 5e-3,
+            "max_response_tokens": 3, "torch_threads": 1, "print_every": 10}
+
+
+def options(job: Any) -> dict[str, Any]:
+    """``backends.reinforce`` over ``DEFAULTS``; an unknown key is refused, never ignored."""
+    given = job.backend_section("reinforce")
+    unknown = sorted(set(given) - set(DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown backends.reinforce option(s) {unknown}; the options are {sorted(DEFAULTS)}",
+                          [(f"backends.reinforce.{k}", given[k], "a known option") for k in unknown])
+    return {**DEFAULTS, **given}
 
 
 @hookimpl
@@ -30,6 +44,7 @@ def register_rewards() -> list[RewardSpec]:
 def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
     if backend != "reinforce":
         return None  # not ours
+    options(job)  # --dry-run refuses what a run would
     # an import reference and serialized config: the trainer rebuilds everything from them
     return LaunchPlan(
         backend="reinforce",

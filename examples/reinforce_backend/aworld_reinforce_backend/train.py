@@ -16,20 +16,18 @@ from transformers.utils import logging as hf_logging
 from aworld_core import worker as kit  # the worker kit: every kit.* call below
 from aworld_core.datasets import load_dataset_section
 from aworld_core.tokens.hf_engine import HFTokenEngine
-
-DEFAULTS = {"steps": 100, "prompts_per_step": 8, "group_size": 8, "learning_rate": 5e-3,
-            "max_response_tokens": 3, "torch_threads": 1, "print_every": 10}
+from aworld_reinforce_backend.plugin import options
 
 
 def train(job: dict[str, Any], output_dir: str) -> dict[str, float]:
-    """Train the job's model (``backends.reinforce`` overrides ``DEFAULTS``); writes ``metrics.jsonl``
+    """Train the job's model (``backends.reinforce`` overrides ``plugin.DEFAULTS``); writes ``metrics.jsonl``
     (a line per step), ``summary.json`` and ``checkpoint/`` into ``output_dir``; returns the summary."""
     return asyncio.run(_train(kit.load_job(job), Path(output_dir)))
 
 
 async def _train(job: Any, out: Path) -> dict[str, float]:
     hf_logging.disable_progress_bar()
-    opts = {**DEFAULTS, **job.backend_section("reinforce")}
+    opts = options(job)
     steps, n, size, budget = opts["steps"], opts["prompts_per_step"], opts["group_size"], opts["max_response_tokens"]
     torch.manual_seed(job.seed)
     torch.set_num_threads(opts["torch_threads"])
