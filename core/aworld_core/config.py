@@ -143,7 +143,7 @@ class RolloutSection(_Section):
     """
 
     max_turns: int | None = Field(
-        default=None, ge=1, description="Caps every agent's max_steps; null: each agent's own max_steps."
+        default=None, ge=1, description="Every agent's max_steps (LLM calls per episode) when set; null: each agent's own."
     )
     episode_timeout_s: float | None = Field(
         default=None,

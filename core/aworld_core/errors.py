@@ -19,6 +19,12 @@ class UsageError(AworldError):
     exit_code = 2
 
 
+class EpisodeInputError(UsageError):
+    """One episode's input cannot be run (a sample with no prompt, a malformed message, a
+    conversation its chat template refuses). A ``UsageError`` for direct callers; the worker kit
+    records it as that episode's failure instead of stopping the batch."""
+
+
 class ConfigError(UsageError):
     """A job config that does not validate. ``problems`` lists ``(field, value, expected)``."""
 

@@ -89,9 +89,9 @@ def print_listing(out: TextIO) -> None:
 def run_eval(job: Any, limit: int | None, out: TextIO) -> int:
     from aworld_core.datasets import load_dataset_section
     from aworld_core.evaluate import evaluate
-    from aworld_core.plugins import get_plugin_manager
     from aworld_core.settings import get_settings
     from aworld_core.tools.mcp_shared import closing_shared_sessions
+    from aworld_core.worker.build import build_agent
 
     section = job.test_dataset or job.train_dataset
     if section is None:
@@ -99,11 +99,11 @@ def run_eval(job: Any, limit: int | None, out: TextIO) -> int:
     if job.reward is None:
         raise UsageError("--eval needs a reward in the job config (e.g. reward: {name: gsm8k})")
     samples = load_dataset_section(section, job.base_dir)[: limit or None]
-    agent = get_plugin_manager().hook.build_agents(job=job, settings=get_settings())
+    agent = build_agent(job, cache=False)  # one error message when no plugin builds one
     output = job.resolved_output_dir(get_settings().output_root) / "eval.jsonl"
     report = asyncio.run(closing_shared_sessions(evaluate(
         agent, samples, job.reward, concurrency=job.rollout.concurrency, output=output,
-        timeout=job.rollout.timeout_for(agent), base_dir=job.base_dir,
+        timeout=job.rollout.timeout_for(agent), max_steps=job.rollout.max_turns, base_dir=job.base_dir,
     ), agent))
     out.write(report.summary() + "\n")
     return 0

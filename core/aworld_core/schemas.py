@@ -9,12 +9,13 @@ Messages are plain OpenAI-format dicts (``role``, ``content``, ``tool_calls``, `
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from aworld_core.errors import UsageError
 
@@ -232,7 +233,17 @@ class RolloutContext(_Model):
         default=None, description="Overrides the trained agents' sampling (e.g. validation settings)."
     )
     policy_version: int | None = Field(default=None, description="The policy version sampling starts at.")
-    extras: dict[str, Any] = Field(default_factory=dict, description="Backend-specific values.")
+    extras: dict[str, Any] = Field(default_factory=dict, description="Backend-specific values (plain JSON).")
+
+    @field_validator("extras")
+    @classmethod
+    def _plain_json(cls, extras: dict[str, Any]) -> dict[str, Any]:
+        """Extras are recorded on the episode, which is written as JSON: refuse what JSON cannot hold."""
+        try:
+            json.dumps(extras)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"extras must be plain JSON values (they are recorded on the episode): {exc}") from None
+        return extras
 
     @classmethod
     def of(cls, value: RolloutContext | dict[str, Any] | None) -> RolloutContext:
@@ -252,7 +263,7 @@ class RolloutContext(_Model):
         return cls.model_validate(value)
 
     def episode_metadata(self) -> dict[str, Any]:
-        """What the episode records of this context (group, version and JSON-able extras)."""
+        """What the episode records of this context (group, version and extras)."""
         out: dict[str, Any] = {}
         if self.group_id is not None:
             out["group_id"] = self.group_id

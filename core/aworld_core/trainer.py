@@ -260,17 +260,17 @@ class AgentTrainer:
         import asyncio
 
         from aworld_core.evaluate import evaluate
-        from aworld_core.plugins import get_plugin_manager
-        from aworld_core.settings import get_settings
         from aworld_core.tools.mcp_shared import closing_shared_sessions
+        from aworld_core.worker.build import build_agent
 
         samples = self.test_samples if dataset == "test" else self.train_samples
         if samples is None:
             raise UsageError("no test data: pass test_dataset=... or evaluate(dataset='train')")
-        agent = get_plugin_manager().hook.build_agents(job=self.job, settings=get_settings())
+        agent = build_agent(self.job, cache=False)
         target = output or self.job.resolved_output_dir() / f"eval_{dataset}.jsonl"
         return asyncio.run(closing_shared_sessions(evaluate(
             agent, samples, self.job.reward, llm=llm, concurrency=concurrency or self.job.rollout.concurrency,
             output=target, progress=progress, timeout=self.job.rollout.timeout_for(agent),
+            max_steps=self.job.rollout.max_turns,
             base_dir=self.job.base_dir,
         ), agent))

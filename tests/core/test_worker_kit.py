@@ -382,3 +382,55 @@ def test_group_policy_without_rewards_of_its_own() -> None:
     mixed = apply_group_policy("g", sample(), [member(3, EpisodeStatus.SUCCESS), member(4, EpisodeStatus.FAILED)],
                                GroupPolicy("drop_group"), needs_reward=False)
     assert mixed.dropped and mixed.trained() == [False, False]
+
+
+class Raises:
+    """An observer that fails."""
+
+    @hookimpl
+    def on_episode_end(self, episode: Episode) -> None:
+        raise ValueError("observer broke")
+
+
+async def test_a_failing_observer_does_not_silence_the_others(tok, observed) -> None:
+    pm, observer = observed
+    pm.register(Raises(), name="raises")  # registered last: pluggy would call it first and stop
+    llm = TokenLLM(ScriptedTokenEngine([ids(tok, ANSWER)]), tok, chat_template=load_template("qwen2_5"))
+    episode = await EpisodeRunner(agent(), llm, reward="gsm8k", manager=pm).run(sample(), {"episode_id": "ep-o"})
+    assert observer.seen == ["ep-o"]
+    assert episode.metadata["on_episode_end_errors"] == ["ValueError: observer broke"]
+
+
+async def test_one_bad_conversation_fails_its_episode_not_the_batch(tok, observed) -> None:
+    pm, _ = observed
+    llm = TokenLLM(ScriptedTokenEngine([ids(tok, ANSWER)]), tok, chat_template=load_template("qwen2_5"))
+    runner = EpisodeRunner(agent(), llm, reward="gsm8k", manager=pm)
+    empty = Sample(id="empty", prompt=[], ground_truth="5")
+    bad = Sample(id="bad", prompt=[{"role": "user", "content": 42}], ground_truth="5")
+    groups = await runner.run_batch([empty, bad, sample()], group_size=1, tag="b")
+    first, second, third = (g.episodes[0] for g in groups)
+    assert first.status is EpisodeStatus.FAILED and "empty prompt" in first.error
+    assert second.status is EpisodeStatus.FAILED and "EpisodeInputError" in second.error
+    assert third.status is EpisodeStatus.SUCCESS and third.reward == 1.0
+
+
+async def test_a_runner_without_reward_leaves_groups_to_the_framework(tok, observed) -> None:
+    pm, _ = observed
+    llm = TokenLLM(ScriptedTokenEngine([ids(tok, ANSWER), ids(tok, WRONG)]), tok, chat_template=load_template("qwen2_5"))
+    group = await EpisodeRunner(agent(), llm, manager=pm, concurrency=1).run_group(sample(), 2)
+    assert group.dropped is None and all(e.reward is None for e in group.episodes)
+
+
+async def test_run_groups_gives_each_group_its_own_ids(tok, observed) -> None:
+    pm, _ = observed
+    llm = TokenLLM(ScriptedTokenEngine([ids(tok, ANSWER)] * 4), tok, chat_template=load_template("qwen2_5"))
+    runner = EpisodeRunner(agent(), llm, reward="gsm8k", manager=pm)
+    groups = await runner.run_groups([sample(0), sample(1)], 2)
+    assert len({g.group_id for g in groups}) == 2 and len({e.id for g in groups for e in g.episodes}) == 4
+    with pytest.raises(UsageError, match="own ids"):
+        await runner.run_groups([sample(0)], 2, {"group_id": "G"})
+
+
+def test_extras_must_be_plain_json() -> None:
+    with pytest.raises(Exception, match="plain JSON"):
+        RolloutContext(extras={"handle": object()})

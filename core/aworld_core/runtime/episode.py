@@ -28,7 +28,7 @@ from typing import Any
 from aworld_core.agents.agent import Agent
 from aworld_core.agents.swarm import Swarm
 from aworld_core.aio import gather_settled, maybe_await
-from aworld_core.errors import LLMError, MCPConnectionError, UsageError
+from aworld_core.errors import EpisodeInputError, LLMError, MCPConnectionError, UsageError
 from aworld_core.schemas import (
     ActionResult,
     Episode,
@@ -346,7 +346,7 @@ async def _run_calls(toolbox: Toolbox, calls: list[ToolCall]) -> list[ActionResu
 def _task_text(task: Any) -> tuple[str, list[Message] | None, Sample | None]:
     if isinstance(task, Sample):
         if not task.prompt:
-            raise UsageError(f"sample '{task.id}' has an empty prompt; nothing to ask the agent")
+            raise EpisodeInputError(f"sample '{task.id}' has an empty prompt; nothing to ask the agent")
         return task.question, list(task.prompt), task
     if isinstance(task, str):
         return task, None, None

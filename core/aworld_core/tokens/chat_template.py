@@ -15,7 +15,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from aworld_core.errors import LLMError, UsageError
+from aworld_core.errors import EpisodeInputError, LLMError, UsageError
 from aworld_core.schemas import Message
 
 _MARKS = itertools.count()
@@ -69,7 +69,7 @@ class ChatRenderer:
                 **self.template_kwargs,
             )
         except Exception as exc:  # jinja errors and the template's own raise_exception()
-            raise UsageError(f"the chat template failed on this conversation: {exc}") from exc
+            raise EpisodeInputError(f"the chat template failed on this conversation: {exc}") from exc
 
     def encode(self, text: str) -> list[int]:
         """Token ids of rendered text. Templates write their own BOS, so none is added."""

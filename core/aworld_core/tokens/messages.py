@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aworld_core.errors import UsageError
+from aworld_core.errors import EpisodeInputError
 from aworld_core.schemas import Message
 
 _ROLES = ("system", "user", "assistant", "tool", "developer", "function", "ipython")
@@ -31,12 +31,12 @@ def content_text(content: Any, *, where: str) -> str | None:
                 texts.append(str(part.get("text", "")))
             else:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise UsageError(
+                raise EpisodeInputError(
                     f"{where} content part {i} has type {kind!r}; the token-level path handles text only "
                     "(send text parts, or use a multimodal model endpoint)"
                 )
         return "".join(texts)
-    raise UsageError(f"{where} content must be a string, a list of text parts or null, got {type(content).__name__}")
+    raise EpisodeInputError(f"{where} content must be a string, a list of text parts or null, got {type(content).__name__}")
 
 
 def _arguments_value(arguments: Any) -> Any:
@@ -53,18 +53,18 @@ def _arguments_value(arguments: Any) -> Any:
 def normalize_messages(messages: Any) -> list[Message]:
     """Validated copies of OpenAI-format messages, ready for a chat template.
 
-    Raises ``UsageError`` naming the first malformed message.
+    Raises ``EpisodeInputError`` (a ``UsageError``) naming the first malformed message.
     """
     if not isinstance(messages, list) or not messages:
-        raise UsageError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
+        raise EpisodeInputError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
     out: list[Message] = []
     for i, message in enumerate(messages):
         where = f"message {i}"
         if not isinstance(message, dict):
-            raise UsageError(f"{where} must be a dict with 'role' and 'content', got {type(message).__name__}")
+            raise EpisodeInputError(f"{where} must be a dict with 'role' and 'content', got {type(message).__name__}")
         role = message.get("role")
         if role not in _ROLES:
-            raise UsageError(f"{where} has role {role!r}; expected one of {', '.join(_ROLES)}")
+            raise EpisodeInputError(f"{where} has role {role!r}; expected one of {', '.join(_ROLES)}")
         msg: Message = {"role": role, "content": content_text(message.get("content"), where=where)}
         if role != "assistant" and msg["content"] is None:
             msg["content"] = ""
@@ -74,12 +74,12 @@ def normalize_messages(messages: Any) -> list[Message]:
         calls = message.get("tool_calls")
         if calls:
             if not isinstance(calls, list):
-                raise UsageError(f"{where} has tool_calls that is not a list")
+                raise EpisodeInputError(f"{where} has tool_calls that is not a list")
             norm_calls = []
             for j, call in enumerate(calls):
                 fn = call.get("function") if isinstance(call, dict) else None
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                    raise UsageError(
+                    raise EpisodeInputError(
                         f"{where} tool call {j} must look like "
                         "{'id': ..., 'type': 'function', 'function': {'name': ..., 'arguments': ...}}"
                     )

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aworld_core.aio import maybe_await
-from aworld_core.errors import UsageError
+from aworld_core.errors import EpisodeInputError, UsageError
 from aworld_core.schemas import Episode, EpisodeStatus, RolloutContext, Sample, SamplingParams, new_id
 from aworld_core.worker.policy import GROUP_DROPPED, GroupPolicy, untrainable_reason
 
@@ -93,15 +93,12 @@ async def notify_episode_end(episode: Episode, manager: Any = None) -> list[str]
 
         manager = get_plugin_manager()
     errors: list[str] = []
-    try:
-        results = manager.hook.on_episode_end(episode=episode)
-    except Exception as exc:  # pluggy stops at the first synchronous raise
-        results = []
-        errors.append(f"{type(exc).__name__}: {exc}")
-    for result in results:
+    # each observer on its own: pluggy's hook call stops at the first one that raises
+    for impl in reversed(manager.hook.on_episode_end.get_hookimpls()):
         try:
-            await maybe_await(result)
+            await maybe_await(impl.function(episode=episode))
         except Exception as exc:
+            logger.error("on_episode_end of plugin %s failed for episode %s", impl.plugin_name, episode.id)
             errors.append(f"{type(exc).__name__}: {exc}")
     for error in errors:
         logger.error("on_episode_end failed for episode %s: %s", episode.id, error)
@@ -177,8 +174,8 @@ class EpisodeRunner:
     def from_job(cls, job: Any, llm: Any = None, *, agent: Any = None, **kwargs: Any) -> EpisodeRunner:
         """A runner with the job's agent, reward, limits and group policy (``kwargs`` override).
 
-        ``rollout.max_turns`` caps the agents' steps only when the job sets it; otherwise each
-        agent keeps its own ``max_steps``. The episode timeout is ``rollout.episode_timeout_s``
+        ``rollout.max_turns`` replaces the agents' ``max_steps`` only when the job sets it;
+        otherwise each agent keeps its own. The episode timeout is ``rollout.episode_timeout_s``
         when set, else the (lead) agent's ``episode_timeout_s``, else 600 s
         (``RolloutSection.timeout_for``).
         """
@@ -197,6 +194,12 @@ class EpisodeRunner:
         options.update(kwargs)
         return cls(agent, llm, **options)
 
+    @property
+    def scores(self) -> bool:
+        """Whether this runner scores episodes (a runner without a reward leaves that to the
+        framework, so a missing reward does not make a member untrainable)."""
+        return self.reward is not None or self.scorer is not None
+
     def _semaphore(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
         semaphore = self._semaphores.get(id(loop))
@@ -213,7 +216,7 @@ class EpisodeRunner:
         ctx = self._context(sample, context)
         async with self._semaphore():
             episode = await self._rollout(sample, ctx)
-        if self.reward is not None or self.scorer is not None:
+        if self.scores:
             await self.score(episode, sample)  # a failed episode is counted as skipped, never scored
         if notify:
             await self.notify(episode)
@@ -241,6 +244,8 @@ class EpisodeRunner:
                 answer = await maybe_await(
                     self.manager.hook.rollout(agent=self.agent, sample=sample, llm=self.llm, context=ctx)
                 )
+        except EpisodeInputError as exc:  # this episode's data, not the configuration
+            return self._failed(sample, ctx, EpisodeStatus.FAILED, f"{type(exc).__name__}: {exc}")
         except UsageError:
             self._drop_sessions(episode_id)
             raise
@@ -339,7 +344,7 @@ class EpisodeRunner:
             for i in range(n)
         ]
         episodes = await _gather_or_cancel([self.run(sample, c, notify=False) for c in contexts])
-        group = apply_group_policy(group_id, sample, episodes, self.policy)
+        group = apply_group_policy(group_id, sample, episodes, self.policy, needs_reward=self.scores)
         for episode in episodes:
             await self.notify(episode)
         return group
@@ -347,8 +352,13 @@ class EpisodeRunner:
     async def run_groups(
         self, samples: Sequence[Sample], n: int, context: RolloutContext | dict[str, Any] | None = None
     ) -> list[EpisodeGroup]:
-        """One group of ``n`` per sample, concurrently (at most ``concurrency`` episodes at once)."""
-        return await _gather_or_cancel([self.run_group(s, n, context) for s in samples])
+        """One group of ``n`` per sample, concurrently (at most ``concurrency`` episodes at once).
+        Each group gets its own group and episode ids: ids in ``context`` are refused here."""
+        base = RolloutContext.of(context)
+        if base.group_id is not None or base.episode_id is not None:
+            raise UsageError("run_groups gives every group its own ids; leave group_id and episode_id unset "
+                             "(use run_group for one group with a chosen id)")
+        return await _gather_or_cancel([self.run_group(s, n, base) for s in samples])
 
     async def run_batch(
         self,
@@ -380,7 +390,7 @@ class EpisodeRunner:
         out = []
         for index, (group_id, sample) in enumerate(groups):
             members = episodes[index * group_size:(index + 1) * group_size]
-            out.append(apply_group_policy(group_id, sample, members, self.policy))
+            out.append(apply_group_policy(group_id, sample, members, self.policy, needs_reward=self.scores))
         for episode in episodes:
             await self.notify(episode)
         return out

@@ -173,8 +173,8 @@ class AworldRollout:
         if self.writer is not None and self.trajectory_every and step % self.trajectory_every == 0:
             for episode in episodes:
                 self.writer.write(episode)
-        if self.failed_steps is not None:
-            self.failed_steps.step(episodes)
+        if self.failed_steps is not None and train_mode:
+            self.failed_steps.step(episodes)  # training steps only: an evaluation is not a step
         return trl_batch(groups, self.placeholder_id)
 
 
