@@ -10,7 +10,10 @@ stride or count (AReaL slices by ``group_size``; verl and TRL by the group's mem
   token trained) and are *neutral*: their reward is the mean of the members that ran (or NaN /
   ``None`` where the framework skips missing values, as TRL does), so their advantage is 0 and
   the group's baseline comes from the members that ran. A group in which every member failed is
-  dropped.
+  dropped. The mean fill keeps the group's mean exactly but not its standard deviation: where a
+  framework also divides by the std (GRPO's default), the survivors' advantages are scaled by
+  about sqrt((n-1)/(k-1)) for k of n members run (x1.08 for one failure in 8). Frameworks that
+  skip missing values (``None``) have no such effect; ``drop_group`` avoids it everywhere.
 * ``drop_group``: a group with any failed member is not trained at all (AReaL: rejected whole;
   TRL / verl: every member masked).
 
