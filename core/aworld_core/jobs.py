@@ -113,8 +113,20 @@ def launch_job(backend: str, job: Any, plan: Any) -> Any:
             servers=job.environment.servers,
             startup_timeout_s=job.environment.startup_timeout_s,
         )
+    _export_llm_api_key(job)
     with environment:
         result = manager.hook.launch_trainer(backend=backend, job=job, plan=plan)
         return asyncio.run(maybe_await(result)) if asyncio.iscoroutine(result) else result
 
 
+def _export_llm_api_key(job: Any) -> None:
+    """The job's ``agent.llm_api_key`` reaches the backend's workers as ``LLM_API_KEY`` in their
+    environment: job dumps, plan files and printed plans never hold it (``AgentConfig``)."""
+    import os
+
+    key = job.agent.llm_api_key
+    if key:
+        os.environ["LLM_API_KEY"] = key
+        from aworld_core.settings import get_settings
+
+        get_settings.cache_clear()

@@ -86,12 +86,22 @@ def agent_section(agent: Any) -> dict[str, Any]:
         "desc": agent.desc or "",
         "system_prompt": agent.system_prompt,
         **agent.conf.model_dump(mode="json"),
+        "llm_api_key": agent.conf.llm_api_key,  # kept in memory only (dumps exclude it; the launch exports it)
         "mcp_config": (
             agent.mcp_config.model_dump(mode="json", by_alias=True, exclude_none=True) if agent.mcp_config else None
         ),
         "mcp_servers": list(agent.mcp_servers) if agent.mcp_servers else None,
         "tools": [callable_ref(tool.fn, "tool") for tool in agent.tools],
     }
+
+
+def _dump_keeping_key(job: JobConfig) -> dict[str, Any]:
+    """The job's set fields as plain data, with ``agent.llm_api_key`` (which dumps exclude) kept in
+    memory, so the launch can hand it to the workers' environment."""
+    data = job.model_dump(mode="json", exclude_unset=True)
+    if job.agent.llm_api_key:
+        data.setdefault("agent", {})["llm_api_key"] = job.agent.llm_api_key
+    return data
 
 
 def _merge_agent_section(section: dict[str, Any], configured: dict[str, Any]) -> dict[str, Any]:
@@ -204,12 +214,11 @@ class AgentTrainer:
     def _base_config(config: Any) -> dict[str, Any]:
         if config is None:
             return {}
-        if isinstance(config, JobConfig):
-            return config.model_dump(mode="json", exclude_unset=True)
         if isinstance(config, (str, Path)):
-            return load_job_config(config).model_dump(mode="json", exclude_unset=True) | {
-                "base_dir": str(Path(config).resolve().parent)
-            }
+            job = load_job_config(config)
+            return _dump_keeping_key(job) | {"base_dir": str(Path(config).resolve().parent)}
+        if isinstance(config, JobConfig):
+            return _dump_keeping_key(config)
         if isinstance(config, dict):
             return json.loads(json.dumps(config, default=str))
         raise UsageError(f"config must be a dict, a JobConfig or a config file path; got {type(config).__name__}")

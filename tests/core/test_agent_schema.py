@@ -4,6 +4,7 @@ unchanged, a job file can set each of them, and bad values fail at validation na
 from __future__ import annotations
 
 import json
+import os
 import typing
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,30 @@ def test_every_agent_config_field_travels_from_agent_to_worker(tmp_path: Path):
             assert values[name] != info.get_default(call_default_factory=True), name
     agent = Agent("solver", system_prompt="Answer after ####.", conf=AgentConfig(**values))
     trainer = AgentTrainer(agent=agent, config=_config(tmp_path), reward_func="gsm8k", train_dataset=ROWS)
-    sent = json.loads(json.dumps(trainer.plan().entrypoint_kwargs["job"]))  # as the TRL worker gets it
-    assert {name: sent["agent"][name] for name in values} == values
+    plan = trainer.plan()
+    sent = json.loads(json.dumps(plan.entrypoint_kwargs["job"]))  # as the TRL worker gets it
+    # the API key is the one field that never travels in the job: the launch exports LLM_API_KEY
+    assert values["llm_api_key"] not in json.dumps(plan.model_dump(mode="json"))
+    assert {name: sent["agent"][name] for name in values if name != "llm_api_key"} == {
+        k: v for k, v in values.items() if k != "llm_api_key"}
+    assert trainer.job.agent.llm_api_key == values["llm_api_key"]  # kept in memory for the launch
+    worker_env = AworldSettings(LLM_API_KEY=values["llm_api_key"])  # what the worker's environment holds
     worker_job = load_job_config(data=sent)
-    _assert_same_conf(get_plugin_manager().hook.build_agents(job=worker_job, settings=AworldSettings()), values)
-    _assert_same_conf(agent_from_job(worker_job, AworldSettings()), values)
+    _assert_same_conf(get_plugin_manager().hook.build_agents(job=worker_job, settings=worker_env), values)
+    _assert_same_conf(agent_from_job(worker_job, worker_env), values)
+
+
+def test_the_launch_hands_the_api_key_to_workers_through_the_environment(monkeypatch, tmp_path: Path):
+    from aworld_core.jobs import _export_llm_api_key
+    from aworld_core.settings import get_settings
+
+    monkeypatch.delenv("LLM_API_KEY", raising=False)
+    job = load_job_config(data={"agent": {"llm_api_key": "sk-job-secret"}})
+    assert "sk-job-secret" not in job.model_dump_json() and "sk-job-secret" not in repr(job)
+    _export_llm_api_key(job)
+    assert os.environ["LLM_API_KEY"] == "sk-job-secret" and get_settings().llm_api_key == "sk-job-secret"
+    monkeypatch.delenv("LLM_API_KEY")
+    get_settings.cache_clear()
 
 
 def test_a_job_file_sets_every_agent_config_field(tmp_path: Path):

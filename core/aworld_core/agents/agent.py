@@ -39,7 +39,13 @@ class AgentConfig(BaseModel):
         default=None, description="e.g. http://127.0.0.1:8000/v1; default: LLM_BASE_URL."
     )
     llm_model_name: str | None = Field(default=None, description="Default: LLM_MODEL_NAME.")
-    llm_api_key: str | None = Field(default=None, repr=False, description="Default: LLM_API_KEY.")
+    llm_api_key: str | None = Field(
+        default=None,
+        repr=False,
+        exclude=True,  # never in a dumped job, plan file or printed plan: workers get LLM_API_KEY
+        description="Default: LLM_API_KEY. Never serialized: a launch hands it to its workers as the "
+        "LLM_API_KEY environment variable.",
+    )
     temperature: float | None = Field(
         default=None,
         ge=0,

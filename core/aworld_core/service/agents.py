@@ -164,7 +164,7 @@ def agent_for_task(agent: Any, task: AworldTask) -> Any:
         for field in ("temperature", "top_p", "top_k", "max_tokens"):
             if getattr(task.sampling, field) is not None:
                 conf[field] = getattr(task.sampling, field)
-    new_conf = type(agent.conf).parse({**agent.conf.model_dump(), **conf}, where="task", agent=agent.name)
+    new_conf = type(agent.conf).parse({**agent.conf.model_dump(), "llm_api_key": agent.conf.llm_api_key, **conf}, where="task", agent=agent.name)
     return Agent(
         agent.name,
         desc=agent.desc,
