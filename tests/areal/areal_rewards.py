@@ -3,6 +3,7 @@ would reference its own; module-level so reward processes import them again."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -13,6 +14,16 @@ def broken(data_source: str, solution_str: str, ground_truth: Any, extra_info: d
 
 def slow(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any]) -> float:
     time.sleep(3)
+    return 1.0
+
+
+def dies(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any]) -> float:
+    """Kills its own (reward pool) process, as an OOM kill or a segfault would."""
+    os._exit(1)
+
+
+def hangs(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any]) -> float:
+    time.sleep(120)
     return 1.0
 
 

@@ -208,6 +208,61 @@ def test_rewards_in_a_process_pool(tool_model_dir, mcp_server):
         shutdown_pools()
 
 
+@pytest.mark.slow
+def test_a_dying_reward_process_fails_its_episode_and_the_next_one_gets_a_fresh_pool(tool_model_dir, mcp_server):
+    from aworld_areal import scoring
+
+    try:
+        broken = scoring._pool(1)
+        job = job_dict(tool_model_dir, mcp_server, reward={"name": f"{REWARDS}:dies"})
+        workflow = make_workflow(tool_model_dir, mcp_server, job=job, reward_processes=1, reward_timeout_s=60)
+        assert run(workflow, FakeArealEngine(tool_model_dir)) is None  # recorded, not raised
+        assert workflow.rejected == {"reward_failed": 1}
+        assert "BrokenProcessPool" in workflow.recent_rejections[-1][2]
+        assert scoring._POOLS.get(1) is not broken
+
+        job = job_dict(tool_model_dir, mcp_server, reward={"name": f"{REWARDS}:says_five"})
+        workflow = make_workflow(tool_model_dir, mcp_server, job=job, reward_processes=1, reward_timeout_s=60)
+        out = run(workflow, FakeArealEngine(tool_model_dir))
+        assert out is not None and out["rewards"].tolist() == [1.0], workflow.recent_rejections
+    finally:
+        scoring.shutdown_pools()
+
+
+@pytest.mark.slow
+def test_a_hung_reward_times_out_and_does_not_hold_the_pool(tool_model_dir, mcp_server):
+    import multiprocessing
+    import time
+
+    from aworld_areal import scoring
+
+    try:
+        stuck = scoring._pool(1)
+        before = {p.pid for p in multiprocessing.active_children()}
+        job = job_dict(tool_model_dir, mcp_server, reward={"name": f"{REWARDS}:hangs"})
+        workflow = make_workflow(tool_model_dir, mcp_server, job=job, reward_processes=1, reward_timeout_s=1)
+        assert run(workflow, FakeArealEngine(tool_model_dir)) is None
+        assert workflow.rejected == {"reward_failed": 1}
+        assert "TimeoutError" in workflow.recent_rejections[-1][2]
+        assert scoring._POOLS.get(1) is not stuck
+        stuck_processes = [p for p in multiprocessing.active_children() if p.pid not in before]
+        assert stuck_processes  # the old pool's worker, still sleeping
+
+        # the only worker of the old pool sleeps for 120 s; this reward runs in a fresh pool
+        job = job_dict(tool_model_dir, mcp_server, reward={"name": f"{REWARDS}:says_five"})
+        workflow = make_workflow(tool_model_dir, mcp_server, job=job, reward_processes=1, reward_timeout_s=30)
+        out = run(workflow, FakeArealEngine(tool_model_dir))
+        assert out is not None and out["rewards"].tolist() == [1.0], workflow.recent_rejections
+
+        # once nobody waits on the old pool (a timeout later), its stuck process is killed
+        deadline = time.monotonic() + 10
+        while any(p.is_alive() for p in stuck_processes) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(p.is_alive() for p in stuck_processes)
+    finally:
+        scoring.shutdown_pools()
+
+
 def test_episode_stats_reach_areals_stats_tracker(tool_model_dir, mcp_server):
     from areal.utils import stats_tracker
 

@@ -4,7 +4,9 @@ AReaL's rollout worker runs hundreds of episodes on one event loop; a reward tha
 (or calls a slow verifier) would stall all of them. So rewards can run in a process pool, as
 AReaL's own ``AsyncRewardWrapper`` does; the difference is what happens when one fails: AReaL
 returns 0 after a timeout, here a timed-out or raising reward is recorded on the episode
-(``reward_errors``), so the kit never trains it, never with a made-up 0.
+(``reward_errors``), so the kit never trains it, never with a made-up 0. A reward process that dies
+(OOM kill, segfault) breaks the pool, and one that hangs keeps its worker busy: either way that
+episode's reward is recorded as failed and the pool is replaced, so later episodes score in a fresh one.
 
 The pool's workers resolve the reward again by name or import reference (``module:func``,
 ``file.py:func``), which is why rewards travel as strings and must be module-level functions.
@@ -16,6 +18,7 @@ import asyncio
 import multiprocessing
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from aworld_areal.tensors import discounted
@@ -43,6 +46,33 @@ def _pool(processes: int) -> ProcessPoolExecutor:
                 max_workers=processes, mp_context=multiprocessing.get_context("spawn")
             )
         return pool
+
+
+def _replace_pool(processes: int, pool: ProcessPoolExecutor, *, kill_after_s: float | None) -> None:
+    """Forget ``pool`` (the next ``_pool`` makes a fresh one) and shut it down without waiting.
+
+    A broken pool has already failed all its futures. A pool with a stuck worker (``kill_after_s``,
+    the reward timeout) keeps running what it was given, for the episodes still waiting on it; every
+    such call was submitted before now, so after ``kill_after_s`` nobody waits on any of them and the
+    pool's processes (the stuck one included) are killed.
+    """
+    with _POOLS_LOCK:
+        if _POOLS.get(processes) is pool:  # another episode may have replaced it already
+            del _POOLS[processes]
+    processes_of = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
+    pool.shutdown(wait=False, cancel_futures=kill_after_s is None)
+    if kill_after_s is not None:
+        timer = threading.Timer(kill_after_s, _kill, args=(processes_of,))
+        timer.daemon = True
+        timer.start()
+
+
+def _kill(processes: list[Any]) -> None:
+    for process in processes:
+        try:
+            process.kill()
+        except Exception:  # already gone
+            pass
 
 
 def shutdown_pools() -> None:
@@ -115,15 +145,23 @@ class RewardScorer:
 
     async def _in_pool(self, episode: Episode, sample: Sample) -> dict[str, Any]:
         specs = [(s.name, s.trajectory_aware) for s in self.sections]
-        future = asyncio.get_running_loop().run_in_executor(
-            _pool(self.processes), score_in_process, specs, self.base_dir, episode.model_dump_json(),
-            sample.model_dump_json(),
-        )
+        pool = _pool(self.processes)
         try:
+            future = asyncio.get_running_loop().run_in_executor(
+                pool, score_in_process, specs, self.base_dir, episode.model_dump_json(), sample.model_dump_json(),
+            )
             return await asyncio.wait_for(future, timeout=self.timeout_s)
+        except UsageError:  # a bad reward reference: every episode would fail alike
+            raise
         except TimeoutError:
+            _replace_pool(self.processes, pool, kill_after_s=self.timeout_s)  # its worker may be stuck
             why = f"TimeoutError: the reward did not finish within {self.timeout_s:g} s"
-            return {"reward": None, "rewards": {}, "reward_errors": {s.name: why for s in self.sections}}
+        except BrokenProcessPool as exc:  # a reward process died (OOM kill, segfault, os._exit)
+            _replace_pool(self.processes, pool, kill_after_s=None)
+            why = f"BrokenProcessPool: the reward process died ({exc})"
+        except Exception as exc:  # the pool could not run it (e.g. a result it could not pickle)
+            why = f"{type(exc).__name__}: {exc}"
+        return {"reward": None, "rewards": {}, "reward_errors": {s.name: why for s in self.sections}}
 
     def _apply(self, episode: Episode, result: dict[str, Any]) -> None:
         episode.rewards = {name: validate_reward_value(name, v) for name, v in result["rewards"].items()}
