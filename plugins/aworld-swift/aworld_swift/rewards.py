@@ -10,7 +10,12 @@ Reward functions are where the trainer first sees a whole batch, so they apply t
 group policy (``job.rollout.failed_episodes``). Each row's episode is rebuilt as a record from its
 ``rollout_infos`` entry (:func:`episode_record`: in server mode the episodes stay on the rollout
 server); the rows of one sample are one GRPO group (``apply_group_policy``), and each row gets
-``EpisodeGroup.rewards("mean")``:
+``EpisodeGroup.rewards("mean")``. A reward function sees only its own process's rows, and ms-swift
+only needs the whole generation batch to divide by ``num_generations``, so one group may span
+several training processes: :func:`judge` gathers every process's records (``torch.distributed``'s
+``all_gather_object``, in process order, as ms-swift gathers the rewards; nothing with one
+process), decides on whole groups, identically on every process, and each function returns its own
+process's slice:
 
 * ``keep_group_neutral``: a member that does not train (its episode failed or timed out, its
   reward failed) gets the mean reward of the members that train, so its advantage is 0 and the
@@ -19,9 +24,10 @@ server); the rows of one sample are one GRPO group (``apply_group_policy``), and
   member has an advantage (ms-swift has already encoded their labels: they get no policy gradient).
 * A group in which every member failed is dropped under both.
 
-Once per training batch the kit's ``FailedSteps`` counts it (``job.rollout.max_failed_steps``
-consecutive batches with nothing trainable stop the run with the first error) and the kit's
-``step_metrics`` are added to ms-swift's logged metrics (``aworld/*``).
+Once per training batch the kit's ``FailedSteps`` counts it, over every process's rows
+(``job.rollout.max_failed_steps`` consecutive batches with nothing trainable stop the run with the
+first error, on every process at once) and the kit's ``step_metrics`` of the whole batch are added
+to ms-swift's logged metrics (``aworld/*``).
 
 Rows that did not come from the ``aworld`` scheduler (another scheduler, single-turn GRPO) have no
 episode: they are scored from the completion text as the final answer, with the row's
@@ -32,29 +38,53 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from swift.rewards import ORM
 
 from aworld_core.errors import UsageError
 from aworld_core.rewards.registry import validate_reward_value
 from aworld_core.schemas import Episode, EpisodeStatus, Sample, TrainingView
-from aworld_core.worker import EpisodeGroup, apply_group_policy, is_trainable, step_metrics
+from aworld_core.worker import EpisodeGroup, GroupPolicy, apply_group_policy, is_trainable, step_metrics
 from aworld_swift.trajectory import INFO_KEY
 
 logger = logging.getLogger(__name__)
 
 JOB_REWARD = "aworld"
+T = TypeVar("T")
 
 
 @dataclass
 class Judgement:
-    """A batch under the group policy: each row's record (``None``: not from the aworld
-    scheduler), the groups, and the rows of each group."""
+    """A generation batch under the group policy, over every training process's rows in process
+    order (the order ms-swift gathers rewards in): each row's ``rollout_infos`` entry and record
+    (``None``: not from the aworld scheduler), the groups, the rows of each group, and where this
+    process's rows are (``offset``, ``count``)."""
 
+    entries: list[dict[str, Any] | None]
     records: list[Episode | None]
     groups: list[EpisodeGroup]
     rows: list[list[int]]
+    offset: int = 0
+    count: int = 0
+
+    def local(self, values: list[T]) -> list[T]:
+        """This process's slice of a list over the whole batch."""
+        return values[self.offset:self.offset + self.count]
+
+    def values(self, own: list[float | None] | None = None) -> list[float]:
+        """Every row's value for ms-swift's group statistics (``EpisodeGroup.rewards("mean")``):
+        the job's reward, or with ``own`` (per row) a reward function's own values; 0.0 for rows
+        not from the aworld scheduler."""
+        batch = [0.0] * len(self.records)
+        for group, rows in zip(self.groups, self.rows, strict=True):
+            members = [self.records[i] for i in rows]
+            if own is not None:
+                members = [_with_reward(m, own[i]) for m, i in zip(members, rows, strict=True)]
+            column = EpisodeGroup(group.group_id, group.sample, members, group.dropped, group.policy)  # type: ignore[arg-type]
+            for i, value in zip(rows, column.rewards("mean"), strict=True):
+                batch[i] = float(value)  # type: ignore[arg-type]
+        return batch
 
 
 class AworldReward(ORM):
@@ -67,15 +97,12 @@ class AworldReward(ORM):
         infos = kwargs.get("rollout_infos") or [None] * n
         entries = [info.get(INFO_KEY) if isinstance(info, dict) else None for info in infos]
         values: list[float] = [0.0] * n
-        if any(entry is not None for entry in entries):
-            judged = judge(entries, kwargs)
-            for group, rows in zip(judged.groups, judged.rows, strict=True):
-                members = [judged.records[i] for i in rows]
-                if self.reward_name is not None:
-                    members = [self._with_own_reward(m, entries[i]) for m, i in zip(members, rows, strict=True)]
-                column = EpisodeGroup(group.group_id, group.sample, members, group.dropped, group.policy)
-                for i, value in zip(rows, column.rewards("mean"), strict=True):
-                    values[i] = float(value)  # type: ignore[arg-type]
+        judged = judge(entries, kwargs)  # on every process: it gathers the batch's rows
+        if judged is not None:
+            own = self._own_rewards(judged) if self.reward_name is not None else None
+            for i, value in enumerate(judged.local(judged.values(own))):
+                if entries[i] is not None:
+                    values[i] = value
         foreign = [i for i, entry in enumerate(entries) if entry is None]
         if foreign:
             samples = kwargs.get("aworld_sample") or [None] * n
@@ -87,16 +114,22 @@ class AworldReward(ORM):
 
     # -- rows from the aworld scheduler -------------------------------------------------------------
 
-    def _with_own_reward(self, record: Episode, entry: dict[str, Any]) -> Episode:
-        """``record`` with this function's reward: a member that trains needs it; one whose value
-        fails gets none (the group's mean, like any member that does not train)."""
-        if not is_trainable(record):
-            return record
-        value = self._from_episode(entry)
-        if value is None:
-            logger.warning("reward %s failed on trajectory %s: it gets its group's mean (no advantage)",
-                           type(self).__name__, entry["episode_id"])
-        return record.model_copy(update={"reward": value})
+    def _own_rewards(self, judged: Judgement) -> list[float | None]:
+        """This function's reward of every row of the batch: each process computes its own rows
+        (their episodes are in that process in colocate mode) and the values are gathered. Only a
+        member that trains needs one; a value that fails is ``None`` (the group's mean, like any
+        member that does not train)."""
+        mine: list[float | None] = []
+        for record, entry in zip(judged.local(judged.records), judged.local(judged.entries), strict=True):
+            value = None
+            if record is not None and entry is not None and is_trainable(record):
+                value = self._from_episode(entry)
+                if value is None:
+                    logger.warning("reward %s failed on trajectory %s: it gets its group's mean (no advantage)",
+                                   type(self).__name__, entry["episode_id"])
+            mine.append(value)
+        parts, _ = gather_parts(mine)
+        return [value for part in parts for value in part]
 
     def _from_episode(self, entry: dict[str, Any]) -> float | None:
         name = self.reward_name
@@ -192,36 +225,79 @@ def episode_record(entry: dict[str, Any], response_ids: list[int] | None) -> Epi
     return record
 
 
-def judge(entries: list[dict[str, Any] | None], kwargs: dict[str, Any]) -> Judgement:
-    """The batch's records under the group policy, once per batch (every aworld reward function
-    of the batch gets the same judgement). A training batch also counts toward the all-failed
-    stop and logs its metrics."""
+def judge(entries: list[dict[str, Any] | None], kwargs: dict[str, Any]) -> Judgement | None:
+    """The generation batch's records under the group policy, decided on whole groups over every
+    training process's rows, once per batch (every aworld reward function of the batch gets the
+    same judgement); ``None`` when no row of the batch came from the aworld scheduler. A training
+    batch also counts toward the all-failed stop and logs its metrics.
+
+    Every training process must call it for every batch (it gathers); with one process nothing is
+    gathered. The decision is deterministic and the same on every process."""
+    keys, _ = gather_parts(tuple(entry["episode_id"] if entry else "" for entry in entries))
+    if not any(any(key) for key in keys):
+        return None
     from aworld_swift.runtime import get_runtime
 
     runtime = get_runtime()
-    key = tuple(entry["episode_id"] if entry else "" for entry in entries)
+    key = tuple(keys)  # the same on every process, so every process gathers below, or none does
     if runtime.judged is not None and runtime.judged[0] == key:
         return runtime.judged[1]
     n = len(entries)
     ids = kwargs.get("response_token_ids") or [None] * n
-    raw_samples = kwargs.get("aworld_sample") or [None] * n
+    raw = kwargs.get("aworld_sample") or [None] * n
     records = [None if entry is None else episode_record(entry, _flat(ids[i])) for i, entry in enumerate(entries)]
+    first: set[str] = set()  # a group's sample travels once per process
+    raw_samples: list[Any] = []
+    for entry, value in zip(entries, raw, strict=True):
+        raw_samples.append(value if entry is not None and entry["task_id"] not in first else None)
+        if entry is not None:
+            first.add(entry["task_id"])
+    parts, rank = gather_parts((list(entries), records, raw_samples))
+    judged = judge_parts(parts, rank, runtime.policy)
+    runtime.judged = (key, judged)
+    ran = [r for r in judged.records if r is not None]
+    training = runtime.training()
+    if training:
+        runtime.failed_steps.step(ran)  # raises after max_failed_steps batches with nothing trainable
+    _log(runtime, batch_metrics(ran, [e for e in judged.entries if e is not None]), "train" if training else "eval")
+    return judged
+
+
+def judge_parts(parts: list[tuple[list[dict[str, Any] | None], list[Episode | None], list[Any]]], rank: int,
+                policy: GroupPolicy) -> Judgement:
+    """The group policy over every process's rows (``parts``: per process in process order, its
+    ``rollout_infos`` entries, records and raw samples), for process ``rank``. No gathering: the
+    same parts give the same groups on every process; only ``offset`` and ``count`` differ."""
+    entries = [entry for part in parts for entry in part[0]]
+    records = [record for part in parts for record in part[1]]
+    raw_samples = [raw for part in parts for raw in part[2]]
+    if not len(entries) == len(records) == len(raw_samples):
+        raise UsageError("aworld reward functions: a process gave entries, records and samples of different lengths")
     members: dict[str, list[int]] = {}
     for i, record in enumerate(records):
         if record is not None:  # a GRPO group is the generations of one dataset row: one sample id
             members.setdefault(record.task_id, []).append(i)
-    groups = [
-        apply_group_policy(task_id, _sample(task_id, raw_samples[rows[0]]), [records[i] for i in rows], runtime.policy)
-        for task_id, rows in members.items()
-    ]
-    judged = Judgement(records, groups, list(members.values()))
-    runtime.judged = (key, judged)
-    ran = [r for r in records if r is not None]
-    training = runtime.training()
-    if training:
-        runtime.failed_steps.step(ran)  # raises after max_failed_steps batches with nothing trainable
-    _log(runtime, batch_metrics(ran, [e for e in entries if e is not None]), "train" if training else "eval")
-    return judged
+    groups = []
+    for task_id, rows in members.items():
+        raw = next((raw_samples[i] for i in rows if raw_samples[i] is not None), None)
+        groups.append(apply_group_policy(task_id, _sample(task_id, raw), [records[i] for i in rows], policy))  # type: ignore[misc]
+    offset = sum(len(part[0]) for part in parts[:rank])
+    return Judgement(entries, records, groups, list(members.values()), offset, len(parts[rank][0]))
+
+
+def gather_parts(obj: T) -> tuple[list[T], int]:
+    """``obj`` of every training process, in process order (``torch.distributed``'s
+    ``all_gather_object`` over the default group, the processes ms-swift gathers rewards from),
+    and this process's index; with one process (or no process group), ``([obj], 0)``."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - ms-swift needs torch
+        return [obj], 0
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [obj], 0
+    parts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, obj)
+    return parts, dist.get_rank()
 
 
 def batch_metrics(records: list[Episode], entries: list[dict[str, Any]]) -> dict[str, float]:
@@ -243,6 +319,14 @@ def _log(runtime: Any, metrics: dict[str, float], mode: str) -> None:
     if isinstance(store, dict) and mode in store:
         for key, value in metrics.items():
             store[mode][key].append(value)
+
+
+def _with_reward(record: Episode | None, value: float | None) -> Episode | None:
+    """``record`` with a reward function's own value: a member that trains needs it; one whose
+    value failed (``None``) gets none (the group's mean, like any member that does not train)."""
+    if record is None or not is_trainable(record):
+        return record
+    return record.model_copy(update={"reward": value})
 
 
 def _flat(ids: Any) -> list[int] | None:

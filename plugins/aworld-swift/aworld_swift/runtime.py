@@ -81,7 +81,7 @@ class SwiftRuntime:
         self.failed_steps = FailedSteps(self.policy.max_failed_steps)
         self.engine = SwiftTurnEngine()
         self.trainer: Any = None  # ms-swift's trainer, set by the aworld callback (trainer side)
-        self.judged: tuple[tuple[str, ...], Any] | None = None  # the last batch the reward functions judged
+        self.judged: tuple[Any, Any] | None = None  # the last batch the reward functions judged (its ids, every process's)
         self.last_metrics: dict[str, float] = {}  # that batch's aworld/* metrics
         self._loop: LoopThread | None = None
         self._llm: RequestRecorder | None = None
