@@ -156,7 +156,8 @@ class AworldScheduler(MultiTurnScheduler):
                 if trajectory.untrainable is not None and mask:
                     # ms-swift 4.6's GRPO fails on a sample without any labelled token ("Size does not
                     # match"): the last sampled token keeps its label, and the reward functions give
-                    # the trajectory its group's mean reward, so its advantage is 0: it teaches nothing
+                    # the trajectory its group's mean reward, so its advantage is 0: no policy gradient
+                    # (with beta > 0 that one token still has a KL term; docs/backend-swift.md)
                     mask[-1] = 1
         return ids, mask
 
