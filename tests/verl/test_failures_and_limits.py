@@ -69,17 +69,22 @@ async def test_a_timed_out_episode_holds_a_masked_row_and_its_session_is_dropped
 
 
 async def test_a_v0_group_keeps_its_rows_and_a_failed_member_gets_the_neutral_reward(make_worker, verl_tokenizer,
-                                                                                     close_states):
+                                                                                     close_states, caplog):
     """V0 repeats a prompt n times under one uid; the worker runs the rows of its chunk together."""
     from verl_testkit import StubServer
+
+    import aworld_verl.agent_loop as loop
+
+    loop._warned_v0_group = False
 
     entry = {"name": "aworld_scored", "_target_": "aworld_verl.AworldAgentLoop", "agent": "verl_testkit:plain_agent",
              "reward": "verl_testkit:exact_answer_reward"}
     answers = ["5", "unused", "4"]
     server = StubServer(verl_tokenizer, script=lambda call: answers[call.member], fail_when=lambda c: c.member == 1)
-    worker = make_worker([entry], server)
+    worker = make_worker([entry], server, {"actor_rollout_ref.rollout.n": 3})
     rows = [verl_row("aworld_scored", "2+3?", 0) | {"uid": "prompt-a"} for _ in range(3)]
     out = await worker.generate_sequences(_batch(rows))
+    assert "closed in this worker" not in caplog.text  # the whole group: rollout.n rows
     status = list(out.non_tensor_batch["status"])
     assert sorted(status) == ["failed", "success", "success"]
     hole = status.index("failed")
@@ -89,6 +94,12 @@ async def test_a_v0_group_keeps_its_rows_and_a_failed_member_gets_the_neutral_re
     assert scores[hole] == pytest.approx(0.5)  # the survivors' mean: neutral for the group
     assert int(out.batch["response_mask"][hole].sum()) == 0
     assert {f["group"] for f in out.non_tensor_batch["aworld"]} == {"prompt-a"}
+
+    # a chunk that holds only part of a group (V0 with a batch the workers do not divide) warns once
+    part = [verl_row("aworld_scored", "2+3?", 0) | {"uid": "prompt-b"} for _ in range(2)]
+    await worker.generate_sequences(_batch(part))
+    assert "GRPO group prompt-b closed in this worker with 2 members, expected 3" in caplog.text
+    loop._warned_v0_group = False
 
 
 async def test_truncation_keeps_ids_mask_and_logprobs_aligned(make_worker, verl_tokenizer, monkeypatch, close_states):

@@ -292,3 +292,59 @@ def test_the_planned_sampler_is_the_one_verls_trainer_builds(tmp_path, tiny_mode
     assert buffer.filter_groups_metric == "reward" and buffer.gen_batch_size == 1 and buffer.train_batch_size == 4
     config.trainer.v1.trainer_mode = "separate_async"
     assert isinstance(get_trainer_cls("sync")(config).replay_buffer, AworldReplayBufferAsync)
+
+
+def test_v0_refuses_a_batch_the_agent_loop_workers_would_split(tmp_path, tiny_model_dir):
+    """verl's V0 trainer cuts the repeated batch into one equal chunk per agent-loop worker: a
+    prompt count the worker count does not divide splits GRPO groups across workers."""
+    from verl_testkit import compose_verl_config
+
+    from aworld_core.errors import ConfigError
+    from aworld_verl.launch import VERL_AGENT_NUM_WORKERS_DEFAULT, VERL_USE_V1_DEFAULT
+
+    # the defaults the check assumes are verl's own
+    defaults = compose_verl_config([])
+    assert defaults.actor_rollout_ref.rollout.agent.num_workers == VERL_AGENT_NUM_WORKERS_DEFAULT
+    assert defaults.trainer.use_v1 is VERL_USE_V1_DEFAULT
+
+    base = dict(_job(tmp_path, tiny_model_dir).backends["verl"])
+
+    def plan(**settings: Any) -> Any:
+        return _plan(_job(tmp_path, tiny_model_dir, backends={"verl": {**base, **settings}}))
+
+    # 6 prompts over verl's default 8 workers
+    with pytest.raises(ConfigError, match=r"num_workers=8, verl default\), but data.train_batch_size=6 ") as info:
+        plan(**{"trainer.use_v1": False, "data.train_batch_size": 6})
+    assert "trainer.use_v1=false" in str(info.value) and info.value.problems[0][0] == "data.train_batch_size"
+    # nested spelling, an explicit worker count, and validation with n > 1
+    with pytest.raises(ConfigError, match=r"num_workers=4\), but data.val_batch_size=5 ") as info:
+        plan(trainer={"use_v1": False}, actor_rollout_ref={"rollout": {"n": 4, "agent": {"num_workers": 4},
+                                                                       "val_kwargs": {"n": 2}}},
+             **{"data.train_batch_size": 8, "data.val_batch_size": 5})
+    assert [p[0] for p in info.value.problems] == ["data.val_batch_size"]
+    assert "make data.val_batch_size a multiple of 4" in str(info.value).lower()
+
+    # divisible setups plan (and verl's V0 chunking keeps every group in one worker)
+    v0 = plan(**{"trainer.use_v1": False, "data.train_batch_size": 16, "data.val_batch_size": 5})  # val n=1
+    assert any("V0 trainer" in note for note in v0.notes)
+    config = compose_verl_config(v0.command[3:])
+    assert config.trainer.use_v1 is False and config.data.train_batch_size % config.actor_rollout_ref.rollout.agent.num_workers == 0
+    plan(**{"trainer.use_v1": "false", "data.train_batch_size": 6, "actor_rollout_ref.rollout.agent.num_workers": 3})
+    # V1 groups by prompt, not by chunk: no refusal
+    plan(**{"data.train_batch_size": 6})
+
+
+def test_v0_chunks_keep_groups_whole_exactly_when_the_workers_divide_the_prompts():
+    """What the refusal guards: verl's ``DataProto.chunk`` over a batch repeated ``n`` times."""
+    import numpy as np
+    from verl.protocol import DataProto
+
+    def groups_per_chunk(prompts: int, n: int, workers: int) -> list[set[str]]:
+        batch = DataProto.from_dict(non_tensors={"uid": np.array([f"p{i}" for i in range(prompts)], dtype=object)})
+        batch = batch.repeat(repeat_times=n, interleave=True)
+        return [set(chunk.non_tensor_batch["uid"]) for chunk in batch.chunk(workers)]
+
+    whole = groups_per_chunk(8, 4, 4)
+    assert all(not (a & b) for i, a in enumerate(whole) for b in whole[i + 1:])
+    split = groups_per_chunk(6, 4, 8)  # 24 rows in chunks of 3: every other group spans two workers
+    assert any(a & b for i, a in enumerate(split) for b in split[i + 1:])

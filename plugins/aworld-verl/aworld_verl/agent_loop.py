@@ -162,7 +162,7 @@ class AworldAgentLoop(AgentLoopBase):
             member.leave(exc)
             raise
         await runner.notify(episode)  # once, after scoring and the group policy
-        return self._outputs(state, episode, sample, group, member, stats, kwargs)
+        return self._outputs(state, episode, sample, group, member, stats, kwargs, sampling_params)
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -244,11 +244,15 @@ class AworldAgentLoop(AgentLoopBase):
         member: Member,
         stats: Any,
         row: dict[str, Any],
+        sampling: dict[str, Any] | None = None,
     ) -> AgentLoopOutput | list[AgentLoopOutput]:
         v1 = _v1(row)
         steps = plain(row.get("global_steps")) if v1 else None
         if v1 and plain(row["session_id"]) != member.index:
             _warn_split(group.group_id)
+        if not v1 and member.index == 0:
+            check_v0_group_size(member.group.members, expected_group_sizes(self.rollout_config, sampling),
+                                group.group_id)
         reason = untrainable_reason(episode, needs_reward=self.reward_in_loop)
         reward = neutral_rewards(group, self.reward_in_loop)[member.index]
         facts = episode_facts(episode, needs_reward=self.reward_in_loop, neutral=reason is not None)
@@ -328,6 +332,57 @@ def _warn_split(uid: str) -> None:
             "in parts (a failed member's neutral reward comes from its part); this verl version runs "
             "AgentLoopWorkerTQ._run_prompt differently from 0.9.1", uid,
         )
+
+
+_warned_v0_group = False
+_SAMPLING_KEYS = ("temperature", "top_p", "top_k")
+
+
+def expected_group_sizes(rollout_config: Any, sampling: dict[str, Any] | None) -> set[int]:
+    """The group sizes a V0 batch of this phase has: ``rollout.n`` when ``sampling`` is the training
+    settings, ``val_kwargs.n`` when it is validation's (V0 passes the loop no other sign of the
+    phase); both when the two agree, none (nothing to check) when it is neither (REMAX's greedy
+    baseline) or the config lacks them."""
+    if not sampling or rollout_config is None:
+        return set()
+
+    def same(settings: Any) -> bool:
+        try:
+            return all(float(sampling[key]) == float(settings.get(key))
+                       for key in _SAMPLING_KEYS if key in sampling and settings.get(key) is not None)
+        except (TypeError, ValueError):
+            return False
+
+    sizes: set[int] = set()
+    try:
+        val_kwargs = rollout_config.get("val_kwargs") or {}
+        if same(rollout_config):
+            sizes.add(int(rollout_config.get("n") or 1))
+        if same(val_kwargs):
+            sizes.add(int(val_kwargs.get("n") or 1))
+    except (AttributeError, TypeError, ValueError):
+        return set()
+    return sizes
+
+
+def check_v0_group_size(members: int, expected: set[int], uid: str) -> bool:
+    """Warn once when a V0 group closed with another member count than the batch's ``n``: verl cut
+    the prompt's rows across agent-loop workers (``DataProto.chunk``), and each worker decided its
+    part alone. ``True`` when the size is as expected (or unknown)."""
+    global _warned_v0_group
+    if not expected or members in expected:
+        return True
+    if not _warned_v0_group:
+        _warned_v0_group = True
+        logger.warning(
+            "GRPO group %s closed in this worker with %d members, expected %s: verl's V0 trainer cut the "
+            "batch into one chunk per agent-loop worker across the prompt's rows, so each part of the group "
+            "was decided alone (a part whose members all failed gets 0.0 placeholders; drop_group drops only "
+            "a part). Make data.train_batch_size (and data.val_batch_size, the test set size with "
+            "val_kwargs.n > 1) a multiple of actor_rollout_ref.rollout.agent.num_workers, or use "
+            "trainer.use_v1=true", uid, members, " or ".join(str(n) for n in sorted(expected)),
+        )
+    return False
 
 
 def _v1(row: dict[str, Any]) -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from aworld_core.config import flatten_dotted
-from aworld_core.errors import UsageError
+from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import LaunchPlan, TrainResult
 from aworld_verl.rows import DEFAULT_AGENT_NAME
 
@@ -36,6 +36,12 @@ SAMPLER_MODULE = "pkg://aworld_verl.sampler"
 SAMPLER_NAME = "aworld_replay_buffer"
 SAMPLER_PATH_KEY = "trainer.v1.sampler.custom_sampler.path"
 SAMPLER_KWARGS = "+trainer.v1.sampler.sampler_kwargs"
+
+# verl 0.9.1's own defaults (trainer/config/ppo_trainer.yaml, rollout/rollout.yaml) for what a
+# plan checks but does not set itself
+VERL_USE_V1_DEFAULT = True
+VERL_AGENT_NUM_WORKERS_DEFAULT = 8
+NUM_WORKERS_KEY = "actor_rollout_ref.rollout.agent.num_workers"
 
 # tool-call formats verl's own parser registry knows (verl 0.9.1)
 VERL_TOOL_FORMATS = ("hermes", "gpt-oss", "qwen3_coder", "glm", "seed", "minimax", "kimi", "deepseek_v4", "gemma4")
@@ -206,6 +212,65 @@ def sampler_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     return {f"{SAMPLER_KWARGS}.{key}": value for key, value in extra.items()}
 
 
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no", "off", "")
+    return bool(value)
+
+
+def _as_int(value: Any) -> int | None:
+    """An integer setting, or ``None`` when it is not one here (unset, an interpolation)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(str(value).strip()) if value is not None else None
+    except ValueError:
+        return None
+
+
+def uses_v0(overrides: dict[str, Any]) -> bool:
+    """``trainer.use_v1=false``: verl's deprecated V0 trainer (``RayPPOTrainer``)."""
+    return not _as_bool(_lookup(overrides, "trainer.use_v1", VERL_USE_V1_DEFAULT))
+
+
+def check_v0_groups(overrides: dict[str, Any]) -> None:
+    """Under V0, ``AgentLoopManager.generate_sequences`` cuts the repeated batch into one equal
+    chunk per agent-loop worker (``DataProto.chunk``). A prompt's ``n`` rows stay in one worker,
+    where the rendezvous sees the whole group, only when the worker count divides the number of
+    prompts; otherwise each part of a split group is decided alone (a part whose members all failed
+    sends 0.0 placeholders into the survivors' group; ``drop_group`` drops only a part)."""
+    if not uses_v0(overrides):
+        return
+    workers = _as_int(_lookup(overrides, NUM_WORKERS_KEY, VERL_AGENT_NUM_WORKERS_DEFAULT))
+    if workers is None or workers <= 1:
+        return
+    problems: list[tuple[str, object, str]] = []
+    gen_size = _as_int(_lookup(overrides, "data.gen_batch_size"))
+    train_key = "data.gen_batch_size" if gen_size else "data.train_batch_size"
+    train_size = gen_size or _as_int(_lookup(overrides, "data.train_batch_size"))
+    train_n = _as_int(_lookup(overrides, "actor_rollout_ref.rollout.n", 1)) or 1
+    if train_size is not None and train_n > 1 and train_size % workers:
+        problems.append((train_key, train_size, f"a multiple of {NUM_WORKERS_KEY}={workers}"))
+    val_size = _as_int(_lookup(overrides, "data.val_batch_size"))
+    val_n = _as_int(_lookup(overrides, "actor_rollout_ref.rollout.val_kwargs.n", 1)) or 1
+    if val_size is not None and val_n > 1 and val_size % workers:
+        problems.append(("data.val_batch_size", val_size, f"a multiple of {NUM_WORKERS_KEY}={workers}"))
+    if not problems:
+        return
+    settings = ", ".join(f"{key}={value}" for key, value, _ in problems)
+    fix = " and ".join(f"{key} a multiple of {workers}" for key, _, _ in problems)
+    raise ConfigError(
+        f"trainer.use_v1=false (verl's V0 trainer) splits each batch into {workers} equal chunks, one per "
+        f"agent-loop worker ({NUM_WORKERS_KEY}={workers}"
+        f"{'' if _lookup(overrides, NUM_WORKERS_KEY) is not None else ', verl default'}), but {settings} is not a "
+        f"multiple of {workers}: a prompt's rollouts would land on two workers and its GRPO group would be "
+        f"decided in parts (failed members get wrong neutral rewards, drop_group drops only a part). Make "
+        f"{fix}, or set {NUM_WORKERS_KEY} to a divisor of it, in backends.verl (or use the V1 trainer, "
+        f"trainer.use_v1=true)",
+        problems,
+    )
+
+
 def agent_loop_entries(job: Any, output_dir: Path) -> list[dict[str, Any]]:
     """The agent-loop YAML: our loop under ``aworld_agent``, configured by the job file."""
     entry: dict[str, Any] = {
@@ -232,6 +297,7 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
     overrides = {**SEED_DEFAULTS, **job_overrides(job, output_dir)}
     overrides = _merge(overrides, flatten_dotted(job.backend_section(BACKEND)))
     overrides.update(sampler_overrides(overrides))
+    check_v0_groups(overrides)
     command = [sys.executable, "-m", "verl.trainer.main_ppo"]
     command += [f"{key}={hydra_value(value)}" for key, value in overrides.items()]
     # only what the job set: the workers rebuild the rest from the same defaults
@@ -250,9 +316,14 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
     if _lookup(overrides, SAMPLER_PATH_KEY) != SAMPLER_MODULE:
         notes.append("trainer.v1.sampler.custom_sampler is your own: aworld's per-step counts (aworld/*) and the "
                      "rollout.max_failed_steps stop are off (they live in aworld_verl.sampler)")
-    if not _lookup(overrides, "trainer.use_v1", True):
+    if uses_v0(overrides):
         notes.append("trainer.use_v1=false (verl's deprecated V0 trainer): no per-step aworld/* counts and no "
                      "rollout.max_failed_steps stop (they need V1's replay buffer); the workers log the counts")
+        if (_as_int(_lookup(overrides, "actor_rollout_ref.rollout.val_kwargs.n", 1)) or 1) > 1:
+            notes.append(f"V0 validation with val_kwargs.n > 1: a validation batch (data.val_batch_size, by default "
+                         f"the whole test set, and the last, partial one) whose size is not a multiple of "
+                         f"{NUM_WORKERS_KEY} is padded and split across workers, and its groups are decided "
+                         f"in parts (the workers warn)")
     return LaunchPlan(
         backend=BACKEND,
         command=command,
