@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from areal.api.cli_args import NormConfig
+from areal.api.workflow_api import RolloutWorkflow
 from areal.utils import stats_tracker
 from areal.utils.data import Normalization, batched_call, concat_padded_tensors
-from areal_sglang_server import submit_all
+from areal_sglang_server import areal_engine, submit_all
 from areal_tool_model import QUESTION, job_dict
 
 from aworld_areal import workflow as workflow_module
-from aworld_areal.workflow import AworldWorkflow, close_workflow_states, workflow_states
+from aworld_areal.workflow import AworldWorkflow, close_workflow_states, stop_areal, workflow_states
+from aworld_core.errors import AworldError
 from aworld_core.hookspecs import hookimpl
 from aworld_core.plugins import get_plugin_manager
 from aworld_core.schemas import Sample
@@ -198,3 +201,136 @@ def test_rows_through_areal_keep_the_exact_sampled_tokens(tool_model_dir, mcp_se
     assert sum(mask) > 0 and mask[: len(requests[0]["input_ids"])] == [0] * len(requests[0]["input_ids"])
     assert out["versions"][0][torch.tensor(mask, dtype=torch.bool)].tolist() == [0] * sum(mask)
     assert concat_padded_tensors([out])["input_ids"].shape == out["input_ids"].shape
+
+
+# -- rollout.max_failed_steps stops AReaL itself ----------------------------------------------------
+
+
+class Idle(RolloutWorkflow):
+    """A workflow that never runs (the canary only submits after the stop)."""
+
+    async def arun_episode(self, engine, data):  # pragma: no cover - never reached
+        return None
+
+
+def rows_loader(n: int):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    return StatefulDataLoader([{"question": QUESTION, "answer": "5"}] * n, batch_size=1, collate_fn=list)
+
+
+def cause_of(info: pytest.ExceptionInfo) -> BaseException | None:
+    return info.value.__cause__
+
+
+def test_canary_areals_fail_fast_slot_makes_its_own_calls_raise(sglang_server):
+    """CANARY for AReaL's private API that ``stop_areal`` relies on (AReaL 1.0.4,
+    areal/infra/workflow_executor.py): ``RemoteInfEngine.workflow_executor.dispatcher`` is a
+    ``BatchTaskDispatcher`` whose ``_set_thread_exception(exc)`` makes ``submit``, ``wait``,
+    ``rollout_batch`` and ``prepare_batch`` raise ``RuntimeError(...) from exc``. If this fails after an
+    AReaL upgrade, rollout.max_failed_steps no longer stops training under AReaL: find the new
+    fail-fast path and fix ``aworld_areal.workflow.stop_areal``."""
+    engine = areal_engine(sglang_server)
+    try:
+        dispatcher = engine.workflow_executor.dispatcher
+        assert callable(getattr(dispatcher, "_set_thread_exception", None)), (
+            "AReaL changed: BatchTaskDispatcher._set_thread_exception is gone; stop_areal cannot stop training")
+        assert dispatcher._thread_exception is None
+        first = AworldError("canary: first error; raise rollout.max_failed_steps")
+        assert stop_areal(engine, first) is True
+        assert stop_areal(engine, AworldError("later")) is True  # AReaL keeps the first
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match="canary: first error") as info:
+            engine.wait(1, timeout=20)
+        assert cause_of(info) is first and time.monotonic() - start < 5  # raised, not timed out
+        with pytest.raises(RuntimeError, match="canary") as info:
+            engine.submit({"question": QUESTION}, workflow=Idle())
+        assert cause_of(info) is first
+        with pytest.raises(RuntimeError, match="canary") as info:
+            engine.rollout_batch([{"question": QUESTION}], workflow=Idle())
+        assert cause_of(info) is first
+        with pytest.raises(RuntimeError, match="canary") as info:
+            engine.prepare_batch(rows_loader(2), workflow=Idle())
+        assert cause_of(info) is first
+    finally:
+        engine.destroy()
+
+
+def test_without_the_slot_stop_areal_logs_why_training_goes_on():
+    import logging
+
+    class Collect(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    handler = Collect()
+    workflow_module.logger.addHandler(handler)
+    try:
+        assert stop_areal(object(), AworldError("the first error")) is False  # no workflow_executor
+    finally:
+        workflow_module.logger.removeHandler(handler)
+    (message,) = handler.messages
+    assert "cannot be stopped" in message and "_set_thread_exception" in message and "the first error" in message
+
+
+def unreachable_job(tool_model_dir, mcp_server, port: int) -> dict:
+    job = job_dict(tool_model_dir, mcp_server, rollout={"episode_timeout_s": 60, "max_failed_steps": 2})
+    job["agent"]["mcp_config"] = {"mcpServers": {"calc": {
+        "type": "streamable-http", "url": f"http://127.0.0.1:{port}/mcp", "timeout": 2}}}
+    return job
+
+
+STOPPED = r"every episode failed in 2 consecutive training steps.*first error: episode \S+: MCPConnectionError.*rollout\.max_failed_steps"
+
+
+def test_max_failed_steps_stops_areals_rollout_batch(tool_model_dir, mcp_server, sglang_server, unused_port):
+    """Unreachable MCP server, ``max_failed_steps: 2``, one group per step: AReaL's own
+    ``rollout_batch`` raises the kit's error on the second all-failed step and refuses every later
+    prompt (before, AReaL rejected the prompt and went on)."""
+    from aworld_areal.train import WORKFLOW
+
+    kwargs = kwargs_for(tool_model_dir, unreachable_job(tool_model_dir, mcp_server, unused_port), n=2,
+                        groups_per_step=1)
+    engine = areal_engine(sglang_server)
+    try:
+        step1 = engine.rollout_batch([{"question": QUESTION, "answer": "5"}], workflow=WORKFLOW, workflow_kwargs=kwargs)
+        assert all(t["loss_mask"].sum() == 0 for t in step1)  # nothing trained, not stopped yet
+        (state,) = workflow_states()
+        assert state.stopped is None and state.rejected == {workflow_module.MCP_UNREACHABLE: 2}
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=STOPPED) as info:
+            engine.rollout_batch([{"question": QUESTION, "answer": "5"}], workflow=WORKFLOW, workflow_kwargs=kwargs)
+        assert isinstance(cause_of(info), AworldError) and cause_of(info) is state.stopped
+        assert time.monotonic() - start < workflow_module.STOP_GRACE_S  # AReaL raised, it did not wait it out
+        requests = len(sglang_server.requests)
+        with pytest.raises(RuntimeError, match=STOPPED):  # stopped: no later prompt runs
+            engine.rollout_batch([{"question": QUESTION, "answer": "5"}], workflow=WORKFLOW, workflow_kwargs=kwargs)
+        assert len(sglang_server.requests) == requests and state.rejected == {workflow_module.MCP_UNREACHABLE: 4}
+    finally:
+        engine.destroy()
+
+
+def test_max_failed_steps_stops_areals_prepare_batch(tool_model_dir, mcp_server, sglang_server, unused_port):
+    """The trainer's call (SPMD mode: ``PPOTrainer`` calls ``prepare_batch`` on this engine): it raises
+    the kit's error instead of cycling the dataset forever."""
+    from aworld_areal.train import WORKFLOW
+
+    kwargs = kwargs_for(tool_model_dir, unreachable_job(tool_model_dir, mcp_server, unused_port), n=2,
+                        groups_per_step=1)
+    engine = areal_engine(sglang_server, max_concurrent_rollouts=1, consumer_batch_size=1)
+    loader = rows_loader(3)
+    batches = 0
+    try:
+        with pytest.raises(RuntimeError, match=STOPPED) as info:
+            for batches in range(1, 4):  # noqa: B007 - counted for the assertion below
+                engine.prepare_batch(loader, workflow=WORKFLOW, workflow_kwargs=kwargs)
+        assert isinstance(cause_of(info), AworldError)
+        assert batches <= 2  # at most the first all-failed step came back as a (masked) batch
+        (state,) = workflow_states()
+        assert state.stopped is cause_of(info) and state.failed_steps.consecutive == 2
+    finally:
+        engine.destroy()

@@ -21,6 +21,15 @@ path and kwargs for every submitted prompt (``RemoteInfEngine._resolve_workflow`
 is a handle on a :class:`WorkflowState` cached per job and options: the job, tokenizer, agent, one
 ``TokenLLM``/``EpisodeRunner`` per engine, one gateway per event loop and engine, the counters.
 :func:`close_workflow_states` (also run at exit) stops the gateways and the reward processes.
+
+**``rollout.max_failed_steps`` stops AReaL's rollouts, not just this workflow.** AReaL 1.0.4 turns
+every exception from ``arun_episode`` into a rejected prompt (``WorkflowExecutor``'s task wrapper
+catches ``Exception``), so raising alone would leave the engine consuming the dataset forever. The
+one error path to the engine's callers is its dispatcher's fail-fast slot (see :func:`stop_areal`):
+once set, AReaL's own ``submit``/``wait``/``wait_for_task``/``rollout_batch``/``prepare_batch``
+raise ``RuntimeError("Background thread failed: <the kit's error>")`` from the kit's ``AworldError``.
+That ends a trainer that holds the engine (SPMD mode); AReaL's single-controller ``RolloutController``
+catches its workers' RPC errors, so there only the rollout worker stops (docs/backend-areal.md).
 """
 
 from __future__ import annotations
@@ -65,6 +74,10 @@ from aworld_core.worker.policy import GROUP_DROPPED, NO_REWARD, NO_TOKENS, REWAR
 logger = areal_logging.getLogger("AworldWorkflow")
 
 MCP_UNREACHABLE = "mcp_unreachable"
+# how long the group that stopped AReaL waits before raising: AReaL's consumer thread (polling every
+# 50 ms) sees the stop and exits first, so this group's rejection is never collected and the caller's
+# wait raises instead of returning it (destroying the engine cancels the wait)
+STOP_GRACE_S = 30.0
 # why a member did not train: the kit's reasons, refined (counted per step in AReaL's stats)
 REASONS = ("failed", "timeout", "cancelled", NO_TOKENS, REWARD_FAILED, NO_REWARD, GROUP_DROPPED, TRUNCATED, MCP_UNREACHABLE)
 WRAPPED = (
@@ -129,6 +142,7 @@ class WorkflowState:
         self.recent_rejections: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=32)
         self.failed_steps = FailedSteps(self.policy.max_failed_steps)
         self.stopped: AworldError | None = None
+        self._halted: dict[int, bool] = {}  # id(engine) -> whether stop_areal stopped it
         self._step: list[Episode] = []
         self._step_groups = 0
         self._warned_extra = False
@@ -168,13 +182,26 @@ class WorkflowState:
     async def run_group(self, engine: Any, data: Any) -> dict[str, Any] | None:
         """The prompt's group as AReaL's tensors (``n`` rows), or ``None`` when it was dropped."""
         if self.stopped is not None:
-            raise self.stopped
+            await self._halt(engine)
         sample = sample_from_row(data)
         version = engine.get_version() if callable(getattr(engine, "get_version", None)) else None
         context = RolloutContext(policy_version=int(version) if version is not None else None)
         group = await self.runner(engine).run_group(sample, self.group_size, context)
         self._record(group)
+        if self.stopped is not None:  # this group completed the last failed step
+            await self._halt(engine)
         return group_tensors(group, self.pad_id)
+
+    async def _halt(self, engine: Any) -> None:
+        """Raise ``self.stopped``, having stopped AReaL's rollouts on ``engine`` with it first."""
+        assert self.stopped is not None
+        with self._lock:
+            first = id(engine) not in self._halted
+            if first:
+                self._halted[id(engine)] = stop_areal(engine, self.stopped)
+        if first and self._halted[id(engine)]:
+            await asyncio.sleep(STOP_GRACE_S)
+        raise self.stopped
 
     def _reason(self, episode: Episode) -> str | None:
         reason = untrainable_reason(episode)
@@ -253,9 +280,40 @@ class WorkflowState:
         try:
             self.failed_steps.step(episodes)
         except AworldError as exc:
-            self.stopped = exc
+            self.stopped = exc  # run_group stops AReaL with it and raises it
             logger.error("stopping this worker's rollouts: %s", exc)
-            raise
+
+
+def stop_areal(engine: Any, exc: BaseException) -> bool:
+    """Make AReaL's rollout calls on ``engine`` raise ``exc``; whether that was possible.
+
+    AReaL 1.0.4 has no public way for a workflow to stop training: ``WorkflowExecutor`` rejects the
+    prompt of any workflow that raises. Its ``BatchTaskDispatcher`` fails fast instead when one of
+    its background threads fails: ``_set_thread_exception(exc)`` keeps the first error, its producer
+    and consumer threads exit, and ``submit``/``wait``/``wait_for_task`` (so ``rollout_batch`` and
+    ``prepare_batch``) raise ``RuntimeError("Background thread failed: ...") from exc``. That slot
+    is private, so it is looked up defensively (tests/areal/test_dispatch.py has the canary); without
+    it (another AReaL, an engine without a ``WorkflowExecutor``) this logs why training goes on and
+    returns False: the workflow then raises for every later prompt, which AReaL rejects.
+    """
+    try:
+        dispatcher = engine.workflow_executor.dispatcher
+        set_exception = dispatcher._set_thread_exception
+        if not callable(set_exception):
+            raise TypeError(f"_set_thread_exception is {type(set_exception).__name__}, not a method")
+        set_exception(exc)
+    except Exception as missing:  # any failure here means: AReaL cannot be stopped
+        logger.error(
+            "rollout.max_failed_steps tripped but AReaL cannot be stopped from the workflow on engine %s "
+            "(engine.workflow_executor.dispatcher._set_thread_exception, AReaL 1.0.4's fail-fast slot, "
+            "is unusable: %s: %s); training goes on and AReaL rejects every further prompt with: %s. "
+            "Stop the job yourself",
+            type(engine).__name__, type(missing).__name__, missing, exc,
+        )
+        return False
+    logger.error("stopped AReaL's rollouts on engine %s: its submit/wait/prepare_batch now raise: %s",
+                 type(engine).__name__, exc)
+    return True
 
 
 _STATES: dict[tuple[str, str], WorkflowState] = {}
