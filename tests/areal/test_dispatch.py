@@ -7,6 +7,7 @@ runs it on its own thread and event loop, and ``agenerate`` posts to an SGLang-s
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 from pathlib import Path
@@ -40,6 +41,17 @@ def fresh_states():
     close_workflow_states()
     yield
     close_workflow_states()
+
+
+class Collect(logging.Handler):
+    """Keeps the messages a logger emits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 
 
 def kwargs_for(model_dir, job: dict, n: int = 1, **options) -> dict:
@@ -169,16 +181,6 @@ def test_the_first_state_registers_the_shutdown_with_atexit(tool_model_dir, mcp_
 
 
 def test_submitting_with_areals_group_size_fails_the_task_naming_the_fix(tool_model_dir, mcp_server, real_engine):
-    import logging
-
-    class Collect(logging.Handler):
-        def __init__(self) -> None:
-            super().__init__()
-            self.messages: list[str] = []
-
-        def emit(self, record: logging.LogRecord) -> None:
-            self.messages.append(record.getMessage())
-
     handler = Collect()
     real_engine.logger.addHandler(handler)
     try:
@@ -257,16 +259,6 @@ def test_canary_areals_fail_fast_slot_makes_its_own_calls_raise(sglang_server):
 
 
 def test_without_the_slot_stop_areal_logs_why_training_goes_on():
-    import logging
-
-    class Collect(logging.Handler):
-        def __init__(self) -> None:
-            super().__init__()
-            self.messages: list[str] = []
-
-        def emit(self, record: logging.LogRecord) -> None:
-            self.messages.append(record.getMessage())
-
     handler = Collect()
     workflow_module.logger.addHandler(handler)
     try:
