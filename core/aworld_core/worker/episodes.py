@@ -98,10 +98,9 @@ async def notify_episode_end(episode: Episode, manager: Any = None) -> list[str]
         try:
             await maybe_await(impl.function(episode=episode))
         except Exception as exc:
-            logger.error("on_episode_end of plugin %s failed for episode %s", impl.plugin_name, episode.id)
             errors.append(f"{type(exc).__name__}: {exc}")
-    for error in errors:
-        logger.error("on_episode_end failed for episode %s: %s", episode.id, error)
+            logger.error("on_episode_end of plugin %s failed for episode %s: %s", impl.plugin_name, episode.id,
+                         errors[-1])
     if errors:
         episode.metadata.setdefault("on_episode_end_errors", []).extend(errors)
     return errors
