@@ -60,6 +60,10 @@ def print_listing(out: TextIO) -> None:
     for info in manager.plugins():
         state = "disabled" if info.disabled else (f"ERROR: {info.error}" if info.error else "ok")
         out.write(f"  {info.name:<28} {info.distribution} {info.version}  [{state}]\n")
+    kinds = ("backend", "environment", "reward", "dataset")
+    provided = [item for kind in kinds for item in catalog.items(kind).values()]
+    name_w = max([12, *(len(item.name) for item in provided)])
+    dist_w = max([22, *(len(item.distribution) for item in provided)])
     out.write("Backends:\n")
     for name, item in sorted(catalog.items("backend").items()):
         spec = item.spec
@@ -71,14 +75,14 @@ def print_listing(out: TextIO) -> None:
                 else f"framework not installed ({spec.install_hint or 'pip install ' + spec.framework})"
             )
         gpu = ", needs a GPU to train" if spec.requires_gpu else ""
-        out.write(f"  {name:<12} {item.distribution:<22} {spec.description} [{framework}{gpu}]\n")
+        out.write(f"  {name:<{name_w}} {item.distribution:<{dist_w}} {spec.description} [{framework}{gpu}]\n")
     for kind, title in (("environment", "Tool environments"), ("reward", "Rewards"), ("dataset", "Datasets")):
         out.write(f"{title}:\n")
         items = sorted(catalog.items(kind).items())
         if not items:
             out.write("  (none)\n")
         for name, item in items:
-            out.write(f"  {name:<12} {item.distribution:<22} {item.spec.description}\n")
+            out.write(f"  {name:<{name_w}} {item.distribution:<{dist_w}} {item.spec.description}\n")
     if catalog.conflicts:
         out.write("Conflicts (these names cannot be used until one provider is removed):\n")
         for (kind, name), owners in sorted(catalog.conflicts.items()):
