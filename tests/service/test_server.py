@@ -341,7 +341,7 @@ async def test_listing_states_metrics_and_health(serve: Any, tmp_path: Path) -> 
         assert 'aworld_tasks{status="success"} 5' in text
         assert 'aworld_finished_total{status="success"} 5' in text
         assert 'aworld_task_duration_seconds_count{status="success"} 5' in text
-        assert 'aworld_task_duration_seconds_bucket{status="success",le="+Inf"} 5' in text
+        assert 'aworld_task_duration_seconds_bucket{le="+Inf",status="success"} 5' in text
         assert "aworld_tasks_queued 0" in text and "aworld_submitted_total 5" in text
         health = (await client.health())[f"http://{host}"]
         assert health["status"] == "ok" and health["store"] == "sqlite" and health["concurrency"] == 4

@@ -1,120 +1,94 @@
-"""What ``/metrics`` reports, in the Prometheus text format (no client library needed).
+"""What ``/metrics`` reports, through ``prometheus_client`` (its text format and escaping).
 
 Counters and the duration histogram are this host's (since it started); the ``aworld_tasks``
 gauge is the store's count per status, so with a shared PostgreSQL store it is the cluster's.
+Each server keeps its own registry, so several servers in one process (tests) do not mix.
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections.abc import Mapping
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
-
-class Histogram:
-    def __init__(self, buckets: tuple[float, ...] = DURATION_BUCKETS):
-        self.buckets = buckets
-        self.counts = [0] * (len(buckets) + 1)
-        self.total = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.buckets, value)] += 1
-        self.total += value
-        self.count += 1
+# counter attribute (what ``bump`` names) -> (metric name without _total, help)
+_COUNTERS = {
+    "submitted": ("aworld_submitted", "Tasks this host accepted (new ids)."),
+    "duplicates": ("aworld_submitted_duplicate", "Submissions of an id already stored."),
+    "rejected_full": ("aworld_rejected_queue_full", "Submissions refused with 429."),
+    "fenced": ("aworld_fenced_writes", "Results refused because this host's lease had expired."),
+    "lease_lost": ("aworld_lease_lost", "Runs stopped because their lease was lost."),
+    "released": ("aworld_released", "Runs handed back to the queue at shutdown."),
+    "store_errors": ("aworld_store_errors", "Store operations that failed."),
+}
 
 
 class ServiceMetrics:
-    """Counters a server keeps; :meth:`render` writes them with the store's gauges."""
+    """The metrics one server keeps; :meth:`render` writes them with the store's gauges."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.submitted = 0
-        self.duplicates = 0
-        self.rejected_full = 0
-        self.finished: dict[str, int] = {}
-        self.fenced = 0
-        self.lease_lost = 0
-        self.released = 0
-        self.store_errors = 0
-        self.durations: dict[str, Histogram] = {}
+        self._lock = threading.Lock()  # render sets the gauges, then reads them all
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        self._tasks = Gauge("aworld_tasks", "Tasks in the store per status (queued = init).", ["status"], registry=reg)
+        self._queued = Gauge("aworld_tasks_queued", "Tasks waiting to run (status init).", registry=reg)
+        self._running = Gauge("aworld_host_running", "Tasks this host runs now.", ["host"], registry=reg)
+        self._concurrency = Gauge(
+            "aworld_host_concurrency", "Most tasks this host runs at once.", ["host"], registry=reg
+        )
+        self._counters = {
+            attr: Counter(name, help_text, registry=reg) for attr, (name, help_text) in _COUNTERS.items()
+        }
+        self._finished = Counter(
+            "aworld_finished",
+            "Runs this host finished, per final status (done = success, failed, timeout, cancelled).",
+            ["status"],
+            registry=reg,
+        )
+        self._durations = Histogram(
+            "aworld_task_duration_seconds",
+            "Run time of finished tasks, per status.",
+            ["status"],
+            buckets=DURATION_BUCKETS,
+            registry=reg,
+        )
 
     def count_finished(self, status: str, duration_s: float | None) -> None:
-        with self._lock:
-            self.finished[status] = self.finished.get(status, 0) + 1
-            if duration_s is not None:
-                self.durations.setdefault(status, Histogram()).observe(duration_s)
+        self._finished.labels(status=status).inc()
+        if duration_s is not None:
+            self._durations.labels(status=status).observe(duration_s)
 
     def bump(self, name: str, by: int = 1) -> None:
-        with self._lock:
-            setattr(self, name, getattr(self, name) + by)
+        self._counters[name].inc(by)
+
+    def count(self, name: str) -> int:
+        """A counter's value (``bump``'s names: ``submitted``, ``duplicates``, ...)."""
+        value = self.registry.get_sample_value(f"{_COUNTERS[name][0]}_total")
+        return int(value or 0)
+
+    @property
+    def submitted(self) -> int:
+        return self.count("submitted")
+
+    @property
+    def duplicates(self) -> int:
+        return self.count("duplicates")
 
     def render(
         self, *, store_counts: Mapping[str, int], running: int, concurrency: int, host: str
     ) -> str:
-        lines: list[str] = []
-
-        def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} {kind}")
-            for labels, value in samples:
-                lines.append(f"{name}{labels} {_number(value)}")
-
-        host_label = f'host="{_escape(host)}"'
         with self._lock:
-            metric(
-                "aworld_tasks",
-                "gauge",
-                "Tasks in the store per status (queued = init).",
-                [(f'{{status="{s}"}}', n) for s, n in sorted(store_counts.items())],
-            )
-            metric("aworld_tasks_queued", "gauge", "Tasks waiting to run (status init).",
-                   [("", store_counts.get("init", 0))])
-            metric("aworld_host_running", "gauge", "Tasks this host runs now.", [(f"{{{host_label}}}", running)])
-            metric("aworld_host_concurrency", "gauge", "Most tasks this host runs at once.",
-                   [(f"{{{host_label}}}", concurrency)])
-            metric("aworld_submitted_total", "counter", "Tasks this host accepted (new ids).",
-                   [("", self.submitted)])
-            metric("aworld_submitted_duplicate_total", "counter", "Submissions of an id already stored.",
-                   [("", self.duplicates)])
-            metric("aworld_rejected_queue_full_total", "counter", "Submissions refused with 429.",
-                   [("", self.rejected_full)])
-            metric(
-                "aworld_finished_total",
-                "counter",
-                "Runs this host finished, per final status (done = success, failed, timeout, cancelled).",
-                [(f'{{status="{s}"}}', n) for s, n in sorted(self.finished.items())],
-            )
-            metric("aworld_fenced_writes_total", "counter",
-                   "Results refused because this host's lease had expired.", [("", self.fenced)])
-            metric("aworld_lease_lost_total", "counter", "Runs stopped because their lease was lost.",
-                   [("", self.lease_lost)])
-            metric("aworld_released_total", "counter", "Runs handed back to the queue at shutdown.",
-                   [("", self.released)])
-            metric("aworld_store_errors_total", "counter", "Store operations that failed.",
-                   [("", self.store_errors)])
-            lines.append("# HELP aworld_task_duration_seconds Run time of finished tasks, per status.")
-            lines.append("# TYPE aworld_task_duration_seconds histogram")
-            for status, hist in sorted(self.durations.items()):
-                cumulative = 0
-                for bound, count in zip(hist.buckets, hist.counts[:-1], strict=True):
-                    cumulative += count
-                    lines.append(
-                        f'aworld_task_duration_seconds_bucket{{status="{status}",le="{_number(bound)}"}} {cumulative}'
-                    )
-                lines.append(f'aworld_task_duration_seconds_bucket{{status="{status}",le="+Inf"}} {hist.count}')
-                lines.append(f'aworld_task_duration_seconds_sum{{status="{status}"}} {_number(hist.total)}')
-                lines.append(f'aworld_task_duration_seconds_count{{status="{status}"}} {hist.count}')
-        return "\n".join(lines) + "\n"
-
-
-def _number(value: float) -> str:
-    if isinstance(value, int) or float(value).is_integer():
-        return str(int(value))
-    return repr(float(value))
-
-
-def _escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            self._tasks.clear()  # a status no longer in the store disappears from the gauge
+            for status, n in store_counts.items():
+                self._tasks.labels(status=status).set(n)
+            self._queued.set(store_counts.get("init", 0))
+            self._running.clear()
+            self._running.labels(host=host).set(running)
+            self._concurrency.clear()
+            self._concurrency.labels(host=host).set(concurrency)
+            return generate_latest(self.registry).decode("utf-8")
