@@ -29,6 +29,7 @@ from pydantic_core import PydanticCustomError
 
 from aworld_core.agents.agent import AgentConfig
 from aworld_core.errors import ConfigError
+from aworld_core.secrets import is_secret_name
 
 
 class _Section(BaseModel):
@@ -370,6 +371,8 @@ def _validation_error(source: str, exc: ValidationError) -> ConfigError:
     for error in exc.errors():
         loc = ".".join(str(part) for part in error["loc"]) or "(top level)"
         value = error.get("input")
+        if error["loc"] and is_secret_name(str(error["loc"][-1])):
+            value = "***"  # a key or token is never echoed
         expected = _describe_expected(error)
         problems.append((loc, value, expected))
         lines.append(f"  {loc}: got {value!r}; expected {expected}")
