@@ -36,6 +36,9 @@ def format_plan(plan: Any, job: Any, output_dir: Any) -> str:
     import yaml
 
     from aworld_core.launch import plan_cwd
+    from aworld_core.secrets import mask, mask_value, public_job_dump, register_job_secrets
+
+    register_job_secrets(job)
 
     lines = [f"backend: {plan.backend}", f"output directory: {output_dir}"]
     if plan.command:
@@ -46,18 +49,19 @@ def format_plan(plan: Any, job: Any, output_dir: Any) -> str:
         lines.append(f"entry point (in-process): {plan.entrypoint}")
     if plan.env:
         lines.append("environment:")
-        lines += [f"  {k}={v}" for k, v in sorted(plan.env.items())]
+        lines += [f"  {k}={mask_value(k, v)}" for k, v in sorted(plan.env.items())]
     for note in plan.notes:
         lines.append(f"note: {note}")
     for relative, text in plan.files.items():
         lines.append(f"--- file {output_dir / relative} ---")
         lines.append(text.rstrip("\n"))
     lines.append("--- resolved job config ---")
-    lines.append(yaml.safe_dump(job.model_dump(mode="json"), sort_keys=False).rstrip("\n"))
+    lines.append(yaml.safe_dump(public_job_dump(job), sort_keys=False).rstrip("\n"))
     if plan.config:
         lines.append("--- resolved backend config ---")
         lines.append(yaml.safe_dump(plan.config, sort_keys=False).rstrip("\n"))
-    return "\n".join(lines) + "\n"
+    # a secret that reached the plan anyway (a backend section, a plugin's file) is masked too
+    return mask("\n".join(lines) + "\n")
 
 
 def plan_job(backend: str, job: Any) -> tuple[Any, Any]:
@@ -113,20 +117,21 @@ def launch_job(backend: str, job: Any, plan: Any) -> Any:
             servers=job.environment.servers,
             startup_timeout_s=job.environment.startup_timeout_s,
         )
-    _export_llm_api_key(job)
+    _export_secrets(job)
     with environment:
         result = manager.hook.launch_trainer(backend=backend, job=job, plan=plan)
         return asyncio.run(maybe_await(result)) if asyncio.iscoroutine(result) else result
 
 
-def _export_llm_api_key(job: Any) -> None:
-    """The job's ``agent.llm_api_key`` reaches the backend's workers as ``LLM_API_KEY`` in their
-    environment: job dumps, plan files and printed plans never hold it (``AgentConfig``)."""
-    import os
+def _export_secrets(job: Any) -> None:
+    """The job's secrets reach the backend's processes through their environment, never argv or
+    a file: ``agent.llm_api_key`` as ``LLM_API_KEY``, MCP tokens as the variables their references
+    in the plan files name (``aworld_core.secrets``)."""
+    from aworld_core.secrets import export_secrets, install_log_masking, register_settings_secrets
 
-    key = job.agent.llm_api_key
-    if key:
-        os.environ["LLM_API_KEY"] = key
-        from aworld_core.settings import get_settings
+    export_secrets(job)
+    register_settings_secrets()
+    install_log_masking()
 
-        get_settings.cache_clear()
+
+_export_llm_api_key = _export_secrets  # its former name (the LLM key was its only secret)

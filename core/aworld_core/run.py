@@ -113,9 +113,33 @@ def run_eval(job: Any, limit: int | None, out: TextIO) -> int:
     return 0
 
 
+def _guard_secret_overrides(overrides: list[str]) -> None:
+    """A key or token typed as an override is masked from here on, with a warning: a command
+    line is readable by every user of the machine."""
+    from aworld_core.config import parse_override
+    from aworld_core.secrets import is_secret_name, register_secret
+
+    for text in overrides:
+        try:
+            keys, value = parse_override(text)
+        except AworldError:
+            continue  # reported by the config loader
+        if not (is_secret_name(keys[-1]) or keys[-1] == "llm_api_key") or not isinstance(value, (str, int)):
+            continue
+        register_secret(text.partition("=")[2].strip())
+        hint = "LLM_API_KEY" if keys[-1] == "llm_api_key" else "an environment variable and write {env: NAME} in the config"
+        sys.stderr.write(
+            f"warning: {'.'.join(keys)} was given on the command line, which every user of this machine can "
+            f"read (/proc/<pid>/cmdline, shell history); pass it through {hint} instead\n"
+        )
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    from aworld_core.secrets import install_log_masking, mask, register_settings_secrets
+
     out = out or sys.stdout
     args = _parser().parse_args(argv)
+    install_log_masking()
     try:
         if args.list:
             print_listing(out)
@@ -124,8 +148,12 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             raise UsageError("--config FILE is required (or use --list); see --help")
         from aworld_core.config import load_job_config
         from aworld_core.jobs import choose_backend, format_plan, launch_job, plan_job
+        from aworld_core.secrets import register_job_secrets
 
+        _guard_secret_overrides(args.overrides)
+        register_settings_secrets()
         job = load_job_config(args.config, args.overrides)
+        register_job_secrets(job)
         if args.eval:
             return run_eval(job, args.limit, out)
         backend = choose_backend(args.backend, job)
@@ -140,7 +168,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             out.write(f"  {key}: {value}\n")
         return result.returncode
     except AworldError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(mask(f"error: {exc}\n"))
         return exc.exit_code
 
 

@@ -8,6 +8,8 @@ Form (as AWorld users write it)::
                                    "tools_cache_ttl": 300, "session": "auto", "direct_calls": true}}}
 
 ``type`` is ``streamable-http``, ``sse`` or ``stdio`` (``command``/``args``/``env``/``cwd``).
+A header or ``env`` value may be a reference ``{"env": "NAME"}``, read from the environment
+variable NAME when the config is parsed: plan files carry secrets this way (``aworld_core.secrets``).
 Unknown keys are errors naming the server and the key: a misspelt ``headers`` would otherwise
 silently run episodes unauthenticated.
 
@@ -26,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from aworld_core.errors import ConfigError, UsageError
+from aworld_core.secrets import resolve_env_ref
 
 DEFAULT_ENV_SERVER_NAME = "aworld-mcp"
 
@@ -46,7 +49,7 @@ class MCPServerConfig(BaseModel):
 
     type: Literal["streamable-http", "sse", "stdio"] = "streamable-http"
     url: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)  # may hold tokens
     timeout: float = Field(default=30.0, gt=0, description="Connect / request timeout in seconds.")
     sse_read_timeout: float = Field(default=300.0, gt=0, description="How long a stream may stay silent.")
     client_session_timeout_seconds: float | None = Field(
@@ -77,7 +80,7 @@ class MCPServerConfig(BaseModel):
     )
     command: str | None = None
     args: list[str] = Field(default_factory=list)
-    env: dict[str, str] | None = None
+    env: dict[str, str] | None = Field(default=None, repr=False)  # may hold keys
     cwd: str | None = None
     description: str | None = None
 
@@ -91,6 +94,12 @@ class MCPServerConfig(BaseModel):
                 data["type"] = "stdio" if data.get("command") else "streamable-http"
             elif isinstance(kind, str) and kind.lower() in _TYPE_ALIASES:
                 data["type"] = _TYPE_ALIASES[kind.lower()]
+            # a secret passed by reference, {"env": NAME} (plan files hold these: aworld_core.secrets)
+            for section in ("headers", "env"):
+                if isinstance(data.get(section), dict):
+                    data[section] = {
+                        k: resolve_env_ref(v, f"{section}.{k}") for k, v in data[section].items()
+                    }
             headers = data.get("headers")
             if isinstance(headers, dict):
                 # header values must be text; a None header is a config mistake, not "no header"

@@ -96,7 +96,9 @@ def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
             "AReaL is not installed in this environment, so the config was not checked against its "
             "GRPOConfig; install it with: pip install 'aworld-areal[areal]'"
         )
-    job_data = job.model_dump(mode="json")
+    from aworld_core.secrets import public_job_dump
+
+    job_data = public_job_dump(job)  # secrets as {"env": NAME}: the launch exports them to the workers
     if job_data.get("base_dir") is None:
         # the workers start in the output directory: relative paths in the job stay relative to here
         job_data["base_dir"] = os.getcwd()

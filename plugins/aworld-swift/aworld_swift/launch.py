@@ -44,6 +44,7 @@ from typing import Any
 
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import LaunchPlan, TrainResult
+from aworld_core.secrets import public_job_dump, secret_environment
 from aworld_swift.rows import TEST_FILE, TRAIN_FILE
 from aworld_swift.runtime import JOB_ENV, OPTIONS_KEY, TRAJECTORIES_FILE, SwiftOptions
 
@@ -220,6 +221,10 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
             "writes it) and writes episodes beside it; it reads AWORLD_* settings (API keys, MCP tokens) from its "
             "own environment or .env, never from its command line; start it afresh for every launch"
         )
+        needed = sorted(secret_environment(job))
+        if needed:
+            notes.append(f"the job file refers to secrets by environment variable: start the rollout server with "
+                         f"{', '.join(needed)} set in its environment")
     notes += [
         f"launch writes {out / TRAIN_FILE}" + (f" and {out / TEST_FILE}" if job.test_dataset is not None else "")
         + " (rows: messages, tools = the agent's tools listed once at launch, aworld_sample)",
@@ -230,7 +235,8 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
         command=command_line(args),
         cwd=str(out),
         env=env,
-        files={JOB_FILE: json.dumps(job.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"},
+        # secrets as {"env": NAME} references: the launch exports them to ms-swift's processes
+        files={JOB_FILE: json.dumps(public_job_dump(job), indent=2, ensure_ascii=False) + "\n"},
         config=config,
         notes=notes,
     )

@@ -34,7 +34,9 @@ def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
     from aworld_trl.options import check_section
 
     check_section(job)  # bad options, moved keys, ZeRO-3 / FSDP: refused before anything starts
-    job_data = job.model_dump(mode="json")
+    from aworld_core.secrets import public_job_dump
+
+    job_data = public_job_dump(job)  # secrets as {"env": NAME}: the launch exports them first
     return LaunchPlan(
         backend=NAME,
         entrypoint="aworld_trl.trainer:train",

@@ -23,6 +23,7 @@ from typing import Any
 from aworld_core.config import flatten_dotted
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import LaunchPlan, TrainResult
+from aworld_core.secrets import public_job_dump
 from aworld_verl.rows import DEFAULT_AGENT_NAME
 
 BACKEND = "verl"
@@ -301,7 +302,8 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
     command = [sys.executable, "-m", "verl.trainer.main_ppo"]
     command += [f"{key}={hydra_value(value)}" for key, value in overrides.items()]
     # only what the job set: the workers rebuild the rest from the same defaults
-    job_json = json.dumps(job.model_dump(mode="json", exclude_unset=True), indent=2, ensure_ascii=False) + "\n"
+    # secrets as {"env": NAME} references: the launch exports them to the workers' environment
+    job_json = json.dumps(public_job_dump(job, exclude_unset=True), indent=2, ensure_ascii=False) + "\n"
     out = output_dir.resolve()
     notes = [f"the job lacks {item}: set it before launching" for item in missing_for_launch(job)]
     notes += [
