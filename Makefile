@@ -21,7 +21,7 @@ CORE_PKGS := -e 'core[hf,data,postgres]' -e plugins/aworld-trl -e 'plugins/aworl
 # test suites that run in the core environment
 CORE_TESTS := tests/core tests/trl tests/gaia_env tests/service
 
-.PHONY: help venv envs test test-core test-verl test-areal test-swift lint demo postgres clean
+.PHONY: help venv envs test test-core test-verl test-areal test-swift lint demo postgres sysdeps clean
 
 help:
 	@echo "make demo   - set up .venv and run the main job: an agent with a calculator tool learns by GRPO on the CPU"
@@ -84,7 +84,15 @@ lint: venv
 postgres:
 	@scripts/postgres-for-tests.sh >/dev/null || echo "WARNING: PostgreSQL could not be started; the PostgreSQL tests will be SKIPPED"
 
-test-core: venv postgres
+# system packages the tests need: bubblewrap (the GAIA environment's sandbox for model-written code)
+sysdeps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=sudo; \
+	  else echo "error: bubblewrap (bwrap) is missing and installing it needs root: apt-get install -y bubblewrap" >&2; exit 1; fi; \
+	  echo "installing bubblewrap (the GAIA environment's sandbox)"; \
+	  $$SUDO apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap >/dev/null; }
+
+test-core: venv postgres sysdeps
 	$(BIN)/python -m pytest $(wildcard $(CORE_TESTS))
 
 test-verl: $(if $(wildcard tests/verl plugins/aworld-verl/test-env.txt),$(STAMPS)/verl)
