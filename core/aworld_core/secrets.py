@@ -239,3 +239,67 @@ def install_log_masking() -> None:
     factory = logging.getLogRecordFactory()
     if not isinstance(factory, _MaskingFactory):
         logging.setLogRecordFactory(_MaskingFactory(factory))
+
+
+# --- tokens of servers we run ----------------------------------------------------------------------
+
+# what the repository's templates ship (deploy/task-service/k8s/secret.yaml,
+# plugins/aworld-gaia-env/deploy/k8s/secret.yaml) and the usual stand-ins
+PLACEHOLDER_TOKENS = frozenset(
+    {"change-me", "changeme", "change_me", "replace-with-a-long-random-token", "replace-me", "token",
+     "secret", "password", "your-token", "your-token-here", "xxx", "none", "null"}
+)
+MIN_TOKEN_CHARS = 16
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps a server on this machine only."""
+    import ipaddress
+
+    name = host.strip().strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def check_bind_token(token: str | None, host: str, how_to_set: str) -> None:
+    """Refuse (``UsageError``) a server that binds beyond loopback with no token, a shipped
+    placeholder or a short one: anyone who can reach the port could use it."""
+    from aworld_core.errors import UsageError
+
+    if is_loopback(host):
+        return
+    value = (token or "").strip()
+    if not value:
+        problem = "no bearer token"
+    elif value.lower() in PLACEHOLDER_TOKENS:
+        problem = f"the placeholder token {value!r} from a template"
+    elif len(value) < MIN_TOKEN_CHARS:
+        problem = f"a bearer token of {len(value)} characters (at least {MIN_TOKEN_CHARS})"
+    else:
+        return
+    raise UsageError(
+        f"refusing to bind {host} (beyond this machine) with {problem}; {how_to_set} a long random token "
+        f"(python -c \"import secrets; print(secrets.token_urlsafe(32))\"), or bind 127.0.0.1"
+    )
+
+
+def warn_if_readable_by_others(path: str | os.PathLike[str], what: str) -> str | None:
+    """A warning (also logged) when a file holding secrets can be read by other users."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if not mode & (stat.S_IRGRP | stat.S_IROTH):
+        return None
+    message = (
+        f"{what} {path} is readable by other users (mode {stat.S_IMODE(mode):o}); "
+        f"restrict it: chmod 600 {path}"
+    )
+    logging.getLogger("aworld_core.secrets").warning("%s", message)
+    return message

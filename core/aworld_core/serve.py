@@ -6,8 +6,11 @@
 Several servers share one queue when they share a PostgreSQL store
 (``--store postgresql://user:pw@db:5432/aworld``). Every flag has an environment variable
 (``AWORLD_TASK_<FLAG>``, e.g. ``AWORLD_TASK_STORE``, ``AWORLD_TASK_TOKEN``) so a container is
-configured without a command line; a flag wins over its variable. Prefer ``AWORLD_TASK_TOKEN``
-(or ``--token-file``) to ``--token``: a command line is visible to every user of the machine.
+configured without a command line; a flag wins over its variable. The bearer token comes from
+``AWORLD_TASK_TOKEN`` or a file (``--token-file``, ``AWORLD_TASK_TOKEN_FILE``); ``--token`` still
+works but warns, since a command line is visible to every user of the machine (``/proc``). Bound
+beyond loopback, the server refuses to start without a token, with a template's placeholder
+(``change-me``) or with one shorter than 16 characters.
 
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT: running tasks get ``--drain-s`` to finish,
 the rest go back to the queue), 1 when the server failed, 2 for bad arguments.
@@ -26,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from aworld_core.errors import AworldError, UsageError
+from aworld_core.secrets import (
+    check_bind_token,
+    install_log_masking,
+    register_secret,
+    warn_if_readable_by_others,
+)
 
+log = logging.getLogger("aworld_core.serve")
 ENV_PREFIX = "AWORLD_TASK_"
 
 
@@ -62,8 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--store", default=_env("store", "sqlite:///aworld-tasks.sqlite"),
                    help="sqlite:///file.sqlite (one host) or postgresql://... (hosts sharing a queue)")
     p.add_argument("--concurrency", type=int, default=_num("concurrency", 8, int), help="tasks run at once")
-    p.add_argument("--token", default=_env("token"), help="require 'Authorization: Bearer TOKEN'")
-    p.add_argument("--token-file", default=_env("token_file"), help="read the bearer token from this file")
+    p.add_argument("--token", default=None,
+                   help="avoid: visible to every user in /proc; use AWORLD_TASK_TOKEN or --token-file")
+    p.add_argument("--token-file", default=_env("token_file"),
+                   help="read the bearer token from this file (mode 600); env AWORLD_TASK_TOKEN_FILE, or "
+                   "the token itself in AWORLD_TASK_TOKEN")
     p.add_argument("--lease-s", type=float, default=_num("lease_s", 30.0, float),
                    help="a host that stops renewing loses its tasks after this long")
     p.add_argument("--poll-s", type=float, default=_num("poll_s", 0.5, float),
@@ -108,14 +121,11 @@ def build_config(args: argparse.Namespace) -> Any:
     agents = parse_agent_specs(specs)
     if not agents:
         raise UsageError("no agents: pass --agents NAME=module:factory (or set AWORLD_TASK_AGENTS)")
-    token = args.token
-    if args.token_file:
-        try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as exc:
-            raise UsageError(f"cannot read --token-file {args.token_file}: {exc}") from None
-        if not token:
-            raise UsageError(f"--token-file {args.token_file} is empty")
+    token = _token(args)
+    check_bind_token(token, args.host, "set AWORLD_TASK_TOKEN or --token-file to")
+    register_secret(token)
+    if Path(".env").is_file():  # the settings (LLM_API_KEY, ...) the agents read
+        warn_if_readable_by_others(Path(".env").absolute(), "the settings file")
     return ServerConfig(
         agents=agents,
         store_url=args.store,
@@ -133,6 +143,27 @@ def build_config(args: argparse.Namespace) -> Any:
         owner=args.owner or f"{_default_owner()}:{args.port}",
         base_dir=os.getcwd(),
     )
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """The bearer token: ``--token`` (warned about), else ``--token-file``, else ``AWORLD_TASK_TOKEN``."""
+    if args.token is not None:
+        log.warning(
+            "--token puts the bearer token on the command line, which every user of this machine can read "
+            "(/proc/<pid>/cmdline); put it in a file readable only by you and pass --token-file, or set "
+            "AWORLD_TASK_TOKEN"
+        )
+        return args.token.strip() or None
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as exc:
+            raise UsageError(f"cannot read --token-file {args.token_file}: {exc}") from None
+        if not token:
+            raise UsageError(f"--token-file {args.token_file} is empty")
+        warn_if_readable_by_others(args.token_file, "--token-file")
+        return token
+    return (_env("token") or "").strip() or None
 
 
 def _default_owner() -> str:
@@ -184,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    install_log_masking()  # the token (and any registered key) never reaches the log
     try:
         config = build_config(args)
         code = _run(serve(config, args.host, args.port, args.log_level), args.loop)

@@ -94,11 +94,23 @@ def _error_text(data: Any) -> str:
     return str(data)[:500]
 
 
+def _env_token() -> str | None:
+    token = os.environ.get("AWORLD_TASK_TOKEN", "").strip()
+    path = os.environ.get("AWORLD_TASK_TOKEN_FILE", "").strip()
+    if not token and path:
+        try:
+            token = open(path, encoding="utf-8").read().strip()
+        except OSError as exc:
+            raise UsageError(f"cannot read AWORLD_TASK_TOKEN_FILE={path}: {exc}") from None
+    return token or None
+
+
 class AworldTaskClient:
     """A client of one or more task servers (or a Kubernetes Service in front of them).
 
     ``know_hosts`` (the seed's spelling; ``known_hosts`` also works) are ``host:port`` or URLs.
-    ``token`` is the servers' bearer token (default: ``AWORLD_TASK_TOKEN``). Use it as an async
+    ``token`` is the servers' bearer token (default: ``AWORLD_TASK_TOKEN``, else the file
+    ``AWORLD_TASK_TOKEN_FILE`` names, as the server reads them). Use it as an async
     context manager, or call :meth:`aclose` when done.
     """
 
@@ -127,7 +139,7 @@ class AworldTaskClient:
                 "(or set AWORLD_TASK_HOSTS=host:port,host:port)"
             )
         self.hosts = [_Host(_normalize(h)) for h in dict.fromkeys(hosts)]
-        self.token = token if token is not None else os.environ.get("AWORLD_TASK_TOKEN") or None
+        self.token = token if token is not None else _env_token()
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
