@@ -8,8 +8,11 @@ and error so a dataset of trajectories shows what went wrong, not just what went
   so a crash loses at most the episode being written. Non-finite floats are written as Python's
   ``json`` writes them (``NaN``, ``Infinity``) because a ``-inf`` logprob must survive the trip.
 * **Parquet**: one row per episode. Queryable columns are typed (ids, ``status``, ``reward``,
-  ``rewards`` as a map, the token view as integer/float lists); the free-form parts (``steps``,
-  ``messages``, ``metadata``) are JSON text columns, since their dicts have no fixed schema.
+  ``rewards`` as a list of ``{name, value}`` structs, the token view as integer/float lists); the
+  free-form parts (``steps``, ``messages``, ``metadata``) are JSON text columns, since their dicts
+  have no fixed schema. Every column type has a HuggingFace ``datasets`` equivalent, so
+  ``datasets.load_dataset("parquet", data_files=...)`` loads the file (arrow maps have none; files
+  written with map columns before are still read back).
 
 pyarrow is imported inside the parquet functions (it is the ``data`` extra).
 """
@@ -70,10 +73,25 @@ def _check_version(data: dict[str, Any], where: str) -> None:
         )
 
 
+TASK_RESULT_KEYS = frozenset({"episode", "created_at", "attempts"})
+
+
+def is_task_result(data: Any) -> bool:
+    """Whether a record is a task service ``TaskResult`` (state + task + episode), not an episode."""
+    return isinstance(data, dict) and TASK_RESULT_KEYS <= data.keys() and "steps" not in data
+
+
 def episode_from_dict(data: dict[str, Any], where: str = "record") -> Episode:
     """Validate one exported record back into an :class:`Episode`; errors name ``where``."""
     if not isinstance(data, dict):
         raise UsageError(f"{where} is a {type(data).__name__}, not an episode object")
+    if is_task_result(data):
+        raise UsageError(
+            f"{where} is a task service result (TaskResult: the task's state, the task and its episode, as "
+            f"AworldTaskClient.download_trajectories writes them), not an episode; read the file with "
+            f"aworld_core.trajectories.read_trajectories(path) (it takes each result's episode and says which "
+            f"tasks have none), or process it with: python -m aworld_core.trajectories filter FILE -o DIR"
+        )
     _check_version(data, where)
     try:
         return Episode.model_validate(data)
@@ -193,8 +211,8 @@ def parquet_schema() -> Any:
         pa.field("error", pa.string()),
         pa.field("final_answer", pa.string()),
         pa.field("reward", pa.float64()),
-        pa.field("rewards", pa.map_(pa.string(), pa.float64())),
-        pa.field("reward_errors", pa.map_(pa.string(), pa.string())),
+        pa.field("rewards", pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64())]))),
+        pa.field("reward_errors", pa.list_(pa.struct([("name", pa.string()), ("error", pa.string())]))),
         pa.field("started_at", pa.float64()),
         pa.field("ended_at", pa.float64()),
         pa.field("num_steps", pa.int64()),
@@ -212,6 +230,8 @@ def _parquet_row(episode: Episode) -> dict[str, Any]:
     data = episode_to_dict(episode)
     row = {key: value for key, value in data.items() if key not in _JSON_COLUMNS}
     row["num_steps"] = len(episode.steps)
+    row["rewards"] = [{"name": k, "value": v} for k, v in episode.rewards.items()]
+    row["reward_errors"] = [{"name": k, "error": v} for k, v in episode.reward_errors.items()]
     for name in _JSON_COLUMNS:
         row[name] = _dumps(data[name])
     return row
@@ -219,9 +239,11 @@ def _parquet_row(episode: Episode) -> dict[str, Any]:
 
 def _episode_from_row(row: dict[str, Any], where: str) -> Episode:
     data = {key: value for key, value in row.items() if key not in _COUNT_COLUMNS}
-    for name in ("rewards", "reward_errors"):
-        if isinstance(data.get(name), list):  # arrow maps come back as (key, value) pairs
-            data[name] = dict(data[name])
+    for name, field in (("rewards", "value"), ("reward_errors", "error")):
+        items = data.get(name)
+        if isinstance(items, list):  # {name, value} structs; files from before: a map's (key, value) pairs
+            data[name] = {item["name"]: item[field] for item in items} if items and isinstance(items[0], dict) \
+                else dict(items)
     for name in _JSON_COLUMNS:
         if data.get(name) is not None:
             data[name] = json.loads(data[name])
