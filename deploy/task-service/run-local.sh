@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Three task servers on this machine behind one client, as in the seed:
 #
-#   deploy/task-service/run-local.sh gaia_agent=my_agents.gaia:build_agent [STORE_URL]
+#   PYTHONPATH=examples/gaia deploy/task-service/run-local.sh gaia_agent=gaia_agent:build_gaia_agent [STORE_URL]
 #   .venv/bin/python deploy/task-service/example_client.py --agent gaia_agent "What is 2+2?"
 #
 # The servers listen on 127.0.0.1:9299, :9399 and :9499. STORE_URL defaults to one SQLite file
