@@ -174,6 +174,21 @@ class RolloutSection(_Section):
         return DEFAULT_EPISODE_TIMEOUT_S
 
 
+class SftSection(_Section):
+    """Supervised fine-tuning on collected trajectories instead of RL: the backend runs its SFT
+    trainer on these episode files (``python -m aworld_core.trajectories filter`` writes them; any
+    trajectory file is read). See docs/trajectories-sft.md."""
+
+    train: str = Field(description="Episodes to train on (JSONL/parquet; task service downloads too).")
+    val: str | None = Field(default=None, description="Episodes for the validation loss.")
+    format: Literal["auto", "tokens", "messages"] = Field(
+        default="auto",
+        description="tokens: the episodes' exact token data (no re-tokenization); messages: rendered by "
+        "the trainer with the model's chat template; auto: tokens when every episode has token data.",
+    )
+    tools: str | None = Field(default=None, description="JSON file of the agent's tool specs (messages format).")
+
+
 class LoggingSection(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     report_to: list[str] = Field(default_factory=list, description="e.g. [tensorboard, wandb]")
@@ -191,6 +206,7 @@ class JobConfig(_Section):
     reward: RewardSection | None = None
     environment: EnvironmentSection | None = None
     rollout: RolloutSection = Field(default_factory=RolloutSection)
+    sft: SftSection | None = Field(default=None, description="Set: an SFT job on collected trajectories.")
     backends: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Per-backend sections, passed through untouched."
     )
@@ -254,6 +270,9 @@ PATH_FIELDS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("output_dir",), "path"),
     (("train_dataset", "path"), "path"),
     (("test_dataset", "path"), "path"),
+    (("sft", "train"), "path"),
+    (("sft", "val"), "path"),
+    (("sft", "tools"), "path"),
     (("model", "chat_template"), "path"),
     (("model", "path"), "model"),
     (("model", "tokenizer"), "model"),

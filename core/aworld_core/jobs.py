@@ -11,6 +11,8 @@ from typing import Any
 
 from aworld_core.errors import AworldError, UsageError
 
+SFT_MODE_KEY = "aworld_mode"  # a backend that plans an SFT job (the job's sft:) sets plan.config[it] = "sft"
+
 
 def choose_backend(requested: str | None, job: Any) -> str:
     from aworld_core.plugins import get_plugin_manager
@@ -77,6 +79,11 @@ def plan_job(backend: str, job: Any) -> tuple[Any, Any]:
         raise AworldError(
             f"backend '{backend}' is registered but no plugin answered plan_launch for it; "
             f"this is a bug in the plugin that registers it"
+        )
+    if getattr(job, "sft", None) is not None and plan.config.get(SFT_MODE_KEY) != "sft":
+        raise UsageError(
+            f"the job sets sft: (supervised fine-tuning on trajectories), which backend '{backend}' does not "
+            f"train; use the trl, verl or ms-swift backend, or remove sft: for RL"
         )
     return plan, output_dir
 
