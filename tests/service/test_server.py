@@ -205,6 +205,24 @@ async def test_bad_payloads_get_422_naming_the_field(serve: Any, tmp_path: Path)
             assert info.value.status == 422 and info.value.host == f"http://{host}"
 
 
+async def test_a_deeply_nested_body_gets_422_not_503(serve: Any, tmp_path: Path) -> None:
+    """A 503 tells clients "this host failed, retry elsewhere": a body too deep to parse is the
+    request's fault, on every host."""
+    async with serve(config(tmp_path)) as (host, _):
+        url = f"http://{host}/v1/tasks"
+        deep = b"[" * 100_000 + b"]" * 100_000  # past the JSON parser's recursion limit
+        nested: Any = "x"
+        for _ in range(500):  # parses, but deeper than a request may be
+            nested = {"k": nested}
+        medium = json.dumps({"agent_id": "echo", "agent_input": "x", "metadata": nested}).encode()
+        for path in ("", "/batch", "/states"):
+            for body in (deep, medium):
+                status, reply, _ = await http("POST", url + path, data=body, headers={"Content-Type": "application/json"})
+                assert status == 422, (path, len(body), reply)
+                assert "nested more than" in reply["error"] and reply["problems"][0]["field"] == "(body)"
+        assert (await http("GET", f"http://{host}/health"))[0] == 200
+
+
 async def test_size_limits(serve: Any, tmp_path: Path) -> None:
     async with serve(config(tmp_path, max_body_bytes=2000, max_batch=3)) as (host, _):
         status, reply, _ = await http(

@@ -83,7 +83,9 @@ async def test_an_expired_lease_is_reclaimed_and_the_old_host_is_fenced(store: T
     (old,) = await store.claim("h1", ["a"], 1, 0.3, 3)
     assert await store.claim("h2", ["a"], 1, 0.3, 3) == []  # held: nobody else gets it
     await asyncio.sleep(0.45)
-    (new,) = await store.claim("h2", ["a"], 1, 30, 3)
+    assert await store.claim("h2", ["a"], 1, 0.3, 3) == []  # first seen expired: only noted
+    await asyncio.sleep(0.4)
+    (new,) = await store.claim("h2", ["a"], 1, 0.3, 3)  # a lease after that: re-claimed
     assert new.attempt == 2 and new.lease_token != old.lease_token
 
     # the old host can neither renew nor write its result
@@ -103,13 +105,21 @@ async def test_an_expired_lease_is_reclaimed_and_the_old_host_is_fenced(store: T
     assert (await store.attempts("t0"))[1].outcome == "success"
 
 
-async def test_an_expired_lease_cannot_write_even_before_anyone_reclaims(store: TaskStore) -> None:
+async def test_an_expired_lease_nobody_reclaimed_still_renews_and_writes(store: TaskStore) -> None:
+    """A store stall expires leases of live hosts: until another host re-claims the task, its
+    host may renew it (which clears the lapse) and write its result."""
     await store.submit(tasks(1))
     (claim,) = await store.claim("h1", ["a"], 1, 0.3, 3)
     await asyncio.sleep(0.45)
-    assert await store.finish("t0", claim.lease_token, success("t0")) is False
+    assert await store.claim("h2", ["a"], 1, 0.3, 3) == []  # noted as lapsed
+    assert (await store.renew("h1", {"t0": claim.lease_token}, 0.3)).held == {"t0"}
+    await asyncio.sleep(0.45)  # lapsed twice as long as a lease since the claim, renewed in between
+    assert await store.claim("h2", ["a"], 1, 0.3, 3) == []  # the renewal cleared the note
+    await asyncio.sleep(0.4)
+    assert await store.finish("t0", claim.lease_token, success("t0")) is True
     state = await store.get("t0")
-    assert state is not None and state.status is TaskStatus.RUNNING  # claimable again
+    assert state is not None and state.status is TaskStatus.SUCCESS and state.attempts == 1
+    assert [a.outcome for a in await store.attempts("t0")] == ["success"]
 
 
 async def test_renewal_keeps_the_lease_and_checks_owner_and_token(store: TaskStore) -> None:
@@ -147,7 +157,10 @@ async def test_a_cancel_requested_task_whose_host_died_ends_cancelled(store: Tas
     await store.claim("h1", ["a"], 1, 0.3, 3)
     await store.cancel("t0")
     await asyncio.sleep(0.45)
-    assert await store.claim("h2", ["a"], 1, 30, 3) == []
+    assert await store.claim("h2", ["a"], 1, 0.3, 3) == []  # noted as lapsed
+    assert (await store.get("t0")).status is TaskStatus.RUNNING  # type: ignore[union-attr]
+    await asyncio.sleep(0.4)
+    assert await store.claim("h2", ["a"], 1, 0.3, 3) == []
     state = await store.get("t0")
     assert state is not None and state.status is TaskStatus.CANCELLED
 
@@ -158,7 +171,9 @@ async def test_a_task_whose_hosts_keep_dying_is_abandoned_after_max_attempts(sto
         (claim,) = await store.claim(f"h{attempt}", ["a"], 1, 0.2, 2)
         assert claim.attempt == attempt
         await asyncio.sleep(0.3)
-    assert await store.claim("h3", ["a"], 1, 30, 2) == []
+        assert await store.claim("h3", ["a"], 1, 0.2, 2) == []  # noted as lapsed
+        await asyncio.sleep(0.3)
+    assert await store.claim("h3", ["a"], 1, 0.2, 2) == []
     state = await store.get("t0")
     assert state is not None and state.status is TaskStatus.FAILED
     assert state.error is not None and "abandoned after 2 attempts" in state.error

@@ -97,6 +97,7 @@ class TaskExecutor:
         self._wake = asyncio.Event()
         self._renew_now = asyncio.Event()
         self._stopping = False
+        self._drained = False  # shutting down and the drain time is over: writes stop retrying
         self._loops: list[asyncio.Task[None]] = []
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -123,6 +124,7 @@ class TaskExecutor:
         outers = [run.outer for run in self.runs.values() if run.outer is not None]
         if outers and drain > 0:
             await asyncio.wait(outers, timeout=drain)
+        self._drained = True
         for run in list(self.runs.values()):
             run.stop("shutdown")
         outers = [run.outer for run in self.runs.values() if run.outer is not None]
@@ -273,7 +275,10 @@ class TaskExecutor:
                 episode = self._episode_of(run, task, episode_id)
             if run.stop_reason == "lease_lost":
                 self.metrics.bump("lease_lost")
-                return  # another host may run it now; our write would be fenced anyway
+                # stopped here: back to the queue now if the lease is still ours (the store came
+                # back), instead of waiting for it to lapse; fenced if another host has it
+                await self._release(claim)
+                return
             if run.stop_reason == "shutdown":
                 await self._release(claim)
                 return
@@ -350,16 +355,21 @@ class TaskExecutor:
             failed = "; ".join(f"{name}: {text}" for name, text in episode.reward_errors.items())
             error = f"{error}; reward failed: {failed}" if error else f"reward failed: {failed}"
         outcome = Outcome(status, episode, episode.final_answer, episode.reward, error)
-        for attempt in range(5):
+        # a finished run keeps trying while the store is down: its lease may expire meanwhile, but
+        # its token still writes until another host re-claims the task (store.py, "Stalls"); the
+        # renewals, which go on for it, keep it from being re-claimed once the store answers
+        attempt = 0
+        while True:
             try:
                 won = await self.store.finish(task.task_id, claim.lease_token, outcome)
                 break
             except Exception as exc:
                 self._store_failed("finish", exc)
+                if self._drained:
+                    log.error("task %s: shutting down before its result could be written; it reruns", task.task_id)
+                    return
                 await asyncio.sleep(min(0.2 * 2**attempt, self.config.lease_s / 4))
-        else:
-            log.error("task %s: could not write its result; its lease will expire and it reruns", task.task_id)
-            return
+                attempt += 1
         if won:
             self.metrics.count_finished(status.value, time.monotonic() - run.started)
         else:

@@ -67,12 +67,15 @@ SCHEMA = [
         owner TEXT,
         lease_token TEXT,
         lease_expires_at DOUBLE PRECISION,
+        lease_lapsed_at DOUBLE PRECISION,
         cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
         answer TEXT,
         reward DOUBLE PRECISION,
         error TEXT,
         episode_json TEXT
     )""",
+    # a store made before the column existed
+    "ALTER TABLE aworld_tasks ADD COLUMN IF NOT EXISTS lease_lapsed_at DOUBLE PRECISION",
     "CREATE INDEX IF NOT EXISTS aworld_tasks_queue ON aworld_tasks (status, priority DESC, seq)",
     """CREATE TABLE IF NOT EXISTS aworld_task_attempts (
         task_id TEXT NOT NULL,
@@ -255,17 +258,26 @@ class PostgresTaskStore(TaskStore):
             return []
         agents = list(agent_ids)
         async with self._pool.connection() as conn, conn.transaction():
-            await self._settle_expired(conn, max_attempts)
+            # a lease first seen expired is only noted (store.py, "Stalls"): its host, if alive,
+            # has another lease_s to renew it or write its result before anyone takes the task
+            await conn.execute(
+                f"UPDATE aworld_tasks t SET lease_lapsed_at = {NOW} FROM (SELECT seq FROM aworld_tasks "
+                f"WHERE status = '{_RUNNING}' AND lease_expires_at < {NOW} AND lease_lapsed_at IS NULL "
+                f"FOR UPDATE SKIP LOCKED) seen WHERE t.seq = seen.seq"
+            )
+            await self._settle_expired(conn, max_attempts, lease_s)
             rows: list[dict[str, Any]] = []
+            lapsed = f"lease_lapsed_at <= {NOW} - %(lease)s"
             # expired leases first (they waited longest), then the queue in priority order
-            for where in (f"status = '{_RUNNING}' AND lease_expires_at < {NOW}", f"status = '{_INIT}'"):
+            for where in (f"status = '{_RUNNING}' AND lease_expires_at < {NOW} AND {lapsed}", f"status = '{_INIT}'"):
                 if len(rows) >= limit:
                     break
                 rows += await (
                     await conn.execute(
                         f"UPDATE aworld_tasks t SET status = '{_RUNNING}', owner = %(owner)s, "
                         f"lease_token = md5(random()::text || clock_timestamp()::text || t.task_id), "
-                        f"lease_expires_at = {NOW} + %(lease)s, attempts = t.attempts + 1, started_at = {NOW} "
+                        f"lease_expires_at = {NOW} + %(lease)s, lease_lapsed_at = NULL, attempts = t.attempts + 1, "
+                        f"started_at = {NOW} "
                         f"FROM (SELECT seq FROM aworld_tasks WHERE {where} AND agent_id = ANY(%(agents)s) "
                         f"ORDER BY priority DESC, seq LIMIT %(n)s FOR UPDATE SKIP LOCKED) picked "
                         f"WHERE t.seq = picked.seq "
@@ -298,13 +310,15 @@ class PostgresTaskStore(TaskStore):
         ]
 
     @staticmethod
-    async def _settle_expired(conn: Any, max_attempts: int) -> None:
-        """Expired leases that must not be re-run: cancel requested, or too many attempts."""
+    async def _settle_expired(conn: Any, max_attempts: int, lease_s: float) -> None:
+        """Expired leases (seen expired ``lease_s`` ago or more) that must not be re-run: cancel
+        requested, or too many attempts."""
         rows = await (
             await conn.execute(
                 f"SELECT task_id, attempts, cancel_requested FROM aworld_tasks WHERE status = '{_RUNNING}' "
-                f"AND lease_expires_at < {NOW} AND (cancel_requested OR attempts >= %s) FOR UPDATE SKIP LOCKED",
-                (max_attempts,),
+                f"AND lease_expires_at < {NOW} AND lease_lapsed_at <= {NOW} - %s "
+                f"AND (cancel_requested OR attempts >= %s) FOR UPDATE SKIP LOCKED",
+                (lease_s, max_attempts),
             )
         ).fetchall()
         for row in rows:
@@ -323,10 +337,11 @@ class PostgresTaskStore(TaskStore):
         if not leases:
             return Renewal(frozenset(), frozenset())
         rows = await self._fetch(
-            f"UPDATE aworld_tasks t SET lease_expires_at = {NOW} + %s "
+            # an expired lease nobody re-claimed is still this host's (store.py, "Stalls")
+            f"UPDATE aworld_tasks t SET lease_expires_at = {NOW} + %s, lease_lapsed_at = NULL "
             f"FROM unnest(%s::text[], %s::text[]) AS l(task_id, token) "
             f"WHERE t.task_id = l.task_id AND t.lease_token = l.token AND t.owner = %s "
-            f"AND t.status = '{_RUNNING}' AND t.lease_expires_at >= {NOW} "
+            f"AND t.status = '{_RUNNING}' "
             f"RETURNING t.task_id, t.cancel_requested",
             (lease_s, list(leases), list(leases.values()), owner),
         )
@@ -340,8 +355,8 @@ class PostgresTaskStore(TaskStore):
         async with self._pool.connection() as conn, conn.transaction():
             cursor = await conn.execute(
                 f"UPDATE aworld_tasks SET status = %s, answer = %s, reward = %s, error = %s, episode_json = %s, "
-                f"ended_at = {NOW}, lease_expires_at = NULL WHERE task_id = %s AND lease_token = %s "
-                f"AND status = '{_RUNNING}' AND lease_expires_at >= {NOW}",
+                f"ended_at = {NOW}, lease_expires_at = NULL, lease_lapsed_at = NULL WHERE task_id = %s "
+                f"AND lease_token = %s AND status = '{_RUNNING}'",
                 (outcome.status.value, outcome.answer, outcome.reward, outcome.error, episode, task_id, lease_token),
             )
             won = cursor.rowcount == 1

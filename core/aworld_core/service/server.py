@@ -233,6 +233,8 @@ class TaskServer:
                 return self._error(409, str(exc))
             except UsageError as exc:
                 return self._error(422, str(exc))
+            except RecursionError:  # a value too deeply nested to validate or serialize: the input's fault
+                return self._error(422, "the request holds a value nested too deeply to process")
             except Exception as exc:  # the store (or a bug): 503 so clients fail over and retry
                 log.exception("%s %s failed", request.method, request.url.path)
                 return self._error(503, f"the server could not complete the request: {type(exc).__name__}: {exc}")
@@ -277,10 +279,19 @@ class TaskServer:
                                      f"Send fewer tasks per batch")
             chunks.append(chunk)
         try:
-            return json.loads(b"".join(chunks) or b"null")
-        except ValueError as exc:
+            data = json.loads(b"".join(chunks) or b"null")
+        except RecursionError:
+            data = None
+        except ValueError as exc:  # UnicodeDecodeError too
             raise HTTPError(422, f"the request body is not valid JSON: {exc}",
                             [{"field": "(body)", "error": str(exc)}]) from None
+        else:
+            if _nesting_within(data, MAX_BODY_DEPTH):
+                return data
+        # too deep to handle (and to store, hash or serialize later): the request is at fault, so
+        # 422, never 503, which a client would take for a host failure and retry on every host
+        message = f"the request body is nested more than {MAX_BODY_DEPTH} levels deep"
+        raise HTTPError(422, message, [{"field": "(body)", "error": message}])
 
     def _task(self, data: Any, prefix: str = "") -> AworldTask:
         if not isinstance(data, dict):
@@ -496,6 +507,26 @@ class TaskServer:
                 page = await self.store.results(filter)
 
         return StreamingResponse(lines(), media_type="application/x-ndjson", headers=self._headers())
+
+
+MAX_BODY_DEPTH = 200  # JSON nesting levels a request may have
+
+
+def _nesting_within(data: Any, limit: int) -> bool:
+    """Whether ``data`` (parsed JSON) nests at most ``limit`` levels (iterative: no recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return False
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return True
 
 
 def _jsonable(value: Any) -> Any:

@@ -71,6 +71,7 @@ CREATE TABLE IF NOT EXISTS aworld_tasks (
     owner TEXT,
     lease_token TEXT,
     lease_expires_at REAL,
+    lease_lapsed_at REAL,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     answer TEXT,
     reward REAL,
@@ -145,6 +146,9 @@ class SQLiteTaskStore(TaskStore):
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(aworld_tasks)")}
+            if "lease_lapsed_at" not in columns:  # a store made before the column existed
+                conn.execute("ALTER TABLE aworld_tasks ADD COLUMN lease_lapsed_at REAL")
             conn.execute(
                 "INSERT OR IGNORE INTO aworld_meta (key, value) VALUES ('store_id', ?), ('schema_version', '1')",
                 (uuid.uuid4().hex,),
@@ -295,14 +299,23 @@ class SQLiteTaskStore(TaskStore):
 
         def body(db: sqlite3.Connection) -> list[Claim]:
             now = time.time()
-            self._settle_expired(db, now, max_attempts)
+            # a lease first seen expired is only noted (store.py, "Stalls"): its host, if alive,
+            # has another lease_s to renew it or write its result before anyone takes the task
+            db.execute(
+                "UPDATE aworld_tasks SET lease_lapsed_at = ? WHERE status = ? AND lease_expires_at < ? "
+                "AND lease_lapsed_at IS NULL",
+                (now, _RUNNING, now),
+            )
+            lapsed = now - lease_s
+            self._settle_expired(db, now, max_attempts, lapsed)
             marks = ",".join("?" for _ in agent_ids)
             # expired leases first (they waited longest), then the queue in priority order; two
             # queries so each walks the (status, priority, seq) index instead of sorting the queue
             rows = db.execute(
                 f"SELECT seq, task_id, task_json, attempts FROM aworld_tasks WHERE status = ? "
-                f"AND lease_expires_at < ? AND agent_id IN ({marks}) ORDER BY priority DESC, seq LIMIT ?",
-                (_RUNNING, now, *agent_ids, limit),
+                f"AND lease_expires_at < ? AND lease_lapsed_at <= ? AND agent_id IN ({marks}) "
+                f"ORDER BY priority DESC, seq LIMIT ?",
+                (_RUNNING, now, lapsed, *agent_ids, limit),
             ).fetchall()
             if len(rows) < limit:
                 rows += db.execute(
@@ -316,7 +329,7 @@ class SQLiteTaskStore(TaskStore):
                 attempt = row["attempts"] + 1
                 db.execute(
                     "UPDATE aworld_tasks SET status = ?, owner = ?, lease_token = ?, lease_expires_at = ?, "
-                    "attempts = ?, started_at = ? WHERE seq = ?",
+                    "lease_lapsed_at = NULL, attempts = ?, started_at = ? WHERE seq = ?",
                     (_RUNNING, owner, token, now + lease_s, attempt, now, row["seq"]),
                 )
                 db.execute(
@@ -335,12 +348,13 @@ class SQLiteTaskStore(TaskStore):
         return self._tx(body)
 
     @staticmethod
-    def _settle_expired(db: sqlite3.Connection, now: float, max_attempts: int) -> None:
-        """Expired leases that must not be re-run: cancel requested, or too many attempts."""
+    def _settle_expired(db: sqlite3.Connection, now: float, max_attempts: int, lapsed: float) -> None:
+        """Expired leases (seen expired since ``lapsed`` or before) that must not be re-run:
+        cancel requested, or too many attempts."""
         rows = db.execute(
-            "SELECT task_id, attempts, cancel_requested FROM aworld_tasks "
-            "WHERE status = ? AND lease_expires_at < ? AND (cancel_requested = 1 OR attempts >= ?)",
-            (_RUNNING, now, max_attempts),
+            "SELECT task_id, attempts, cancel_requested FROM aworld_tasks WHERE status = ? AND lease_expires_at < ? "
+            "AND lease_lapsed_at <= ? AND (cancel_requested = 1 OR attempts >= ?)",
+            (_RUNNING, now, lapsed, max_attempts),
         ).fetchall()
         for row in rows:
             status, error = expired_outcome(row)
@@ -365,9 +379,10 @@ class SQLiteTaskStore(TaskStore):
             held, cancel = set(), set()
             for task_id, token in leases.items():
                 row = db.execute(
-                    "UPDATE aworld_tasks SET lease_expires_at = ? WHERE task_id = ? AND lease_token = ? "
-                    "AND owner = ? AND status = ? AND lease_expires_at >= ? RETURNING cancel_requested",
-                    (now + lease_s, task_id, token, owner, _RUNNING, now),
+                    # an expired lease nobody re-claimed is still this host's (store.py, "Stalls")
+                    "UPDATE aworld_tasks SET lease_expires_at = ?, lease_lapsed_at = NULL WHERE task_id = ? "
+                    "AND lease_token = ? AND owner = ? AND status = ? RETURNING cancel_requested",
+                    (now + lease_s, task_id, token, owner, _RUNNING),
                 ).fetchone()
                 if row is not None:
                     held.add(task_id)
@@ -389,8 +404,8 @@ class SQLiteTaskStore(TaskStore):
             now = time.time()
             cursor = db.execute(
                 "UPDATE aworld_tasks SET status = ?, answer = ?, reward = ?, error = ?, episode_json = ?, "
-                "ended_at = ?, lease_expires_at = NULL WHERE task_id = ? AND lease_token = ? AND status = ? "
-                "AND lease_expires_at >= ?",
+                "ended_at = ?, lease_expires_at = NULL, lease_lapsed_at = NULL WHERE task_id = ? "
+                "AND lease_token = ? AND status = ?",
                 (
                     outcome.status.value,
                     outcome.answer,
@@ -401,7 +416,6 @@ class SQLiteTaskStore(TaskStore):
                     task_id,
                     token,
                     _RUNNING,
-                    now,
                 ),
             )
             won = cursor.rowcount == 1

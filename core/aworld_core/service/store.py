@@ -6,9 +6,18 @@ trajectory. Servers share a queue by sharing a store (PostgreSQL); one host may 
 
 Leases and fencing: a host that claims a task gets a fresh ``lease_token`` and a lease that
 expires ``lease_s`` later unless renewed. Every later write for that run (renew, finish,
-release) names the token and succeeds only while the task is RUNNING under that token with an
-unexpired lease; otherwise the store refuses it. A host whose lease expired (it died, or stalled)
-can therefore never overwrite the result of the host that re-claimed the task.
+release) names the token and succeeds only while the task is RUNNING under that token, that is
+until another host re-claims it (a claim makes a new token) or it is settled as abandoned; then
+the store refuses it. A host whose lease expired (it died, or stalled) can therefore never
+overwrite the result of the host that re-claimed the task.
+
+Stalls: when the store itself is unreachable or locked for longer than a lease, every lease
+expires at once although no host died, and the hosts' finished runs cannot write. So an expired
+lease is not claimable at once: the first claim that sees it expired only notes when
+(``lease_lapsed_at``), and it becomes claimable (or is settled) ``lease_s`` after that, time in
+which the store answers and a live host renews it or writes its result (both still accepted
+under its token, which also clears the note). A dead host's tasks are thus re-claimed one lease
+later than its lease's end.
 
 Times are seconds since the epoch from the store's clock (PostgreSQL's, for a shared store), so
 hosts with skewed clocks agree on when a lease expires.
@@ -125,18 +134,21 @@ class TaskStore(abc.ABC):
     async def claim(
         self, owner: str, agent_ids: Sequence[str], limit: int, lease_s: float, max_attempts: int
     ) -> list[Claim]:
-        """Atomically move up to ``limit`` claimable tasks (INIT, or RUNNING with an expired
-        lease) for ``agent_ids`` to RUNNING under ``owner``, highest priority then oldest first.
+        """Atomically move up to ``limit`` claimable tasks (INIT, or RUNNING with a lease seen
+        expired ``lease_s`` ago: "Stalls" above) for ``agent_ids`` to RUNNING under ``owner``,
+        highest priority then oldest first.
         A task whose lease expired ``max_attempts`` times becomes FAILED instead, and one whose
         cancel was requested becomes CANCELLED."""
 
     @abc.abstractmethod
     async def renew(self, owner: str, leases: dict[str, str], lease_s: float) -> Renewal:
-        """Extend the leases ``{task_id: lease_token}`` this host holds by ``lease_s`` from now."""
+        """Extend the leases ``{task_id: lease_token}`` this host holds by ``lease_s`` from now
+        (an expired one too, while nobody re-claimed it)."""
 
     @abc.abstractmethod
     async def finish(self, task_id: str, lease_token: str, outcome: Outcome) -> bool:
-        """Write a run's result. False (nothing written) when the lease is no longer ours."""
+        """Write a run's result. False (nothing written) when the task is no longer RUNNING under
+        ``lease_token`` (another host re-claimed it); an expired lease nobody re-claimed still writes."""
 
     @abc.abstractmethod
     async def release(self, task_id: str, lease_token: str) -> bool:
