@@ -1,4 +1,5 @@
-"""``metrics.png``: training reward, tool-call rate and response length over steps."""
+"""``metrics.png``: training reward, tool-call rate, response length and loss over steps (GRPO);
+training and validation loss with the held-out accuracy before and after (SFT)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,20 @@ PANELS = (
     ("reward", "mean reward"),
     ("aworld/tool_call_rate", "tool-call rate"),
     ("completions/mean_length", "sampled tokens per episode"),
+    ("loss", "loss"),
 )
+ACCURACY = "held-out accuracy"  # a panel of two bars: before and after training
+SFT_PANELS = (("loss", "loss (training, validation)"), (ACCURACY, "held-out accuracy"))
 
 
 def plot_metrics(history: Sequence[dict[str, Any]], path: str | Path, *, title: str = "",
-                 accuracy: tuple[float | None, float | None] = (None, None)) -> Path | None:
+                 accuracy: tuple[float | None, float | None] = (None, None),
+                 panels: Sequence[tuple[str, str]] = PANELS) -> Path | None:
     """Write the plot; returns its path, or None when there is nothing to plot.
 
     ``accuracy`` (before, after) is drawn on the reward panel as the held-out accuracy at the
-    first and last step.
+    first and last step, or as bars on an :data:`ACCURACY` panel. The loss panel also draws the
+    validation loss (``eval_loss``) when it was logged.
     """
     import matplotlib
 
@@ -28,12 +34,20 @@ def plot_metrics(history: Sequence[dict[str, Any]], path: str | Path, *, title: 
     rows = [r for r in history if "step" in r]
     if not rows:
         return None
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
-    for ax, (key, label) in zip(axes, PANELS, strict=True):
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
+    for ax, (key, label) in zip(axes if len(panels) > 1 else [axes], panels, strict=True):
+        if key == ACCURACY:
+            _accuracy_bars(ax, accuracy, label)
+            continue
         points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
         if points:
             steps, values = zip(*points, strict=True)
             ax.plot(steps, values, linewidth=1.2, label="training")
+        if key == "loss":
+            val = [(r["step"], r["eval_loss"]) for r in rows if isinstance(r.get("eval_loss"), (int, float))]
+            if val:
+                ax.plot(*zip(*val, strict=True), marker="o", linewidth=1.2, color="tab:orange", label="validation")
+                ax.legend(loc="upper right", fontsize=8)
         if key == "reward":
             before, after = accuracy
             first, last = rows[0]["step"], rows[-1]["step"]
@@ -53,3 +67,14 @@ def plot_metrics(history: Sequence[dict[str, Any]], path: str | Path, *, title: 
     fig.savefig(target, dpi=110)
     plt.close(fig)
     return target
+
+
+def _accuracy_bars(ax: Any, accuracy: tuple[float | None, float | None], label: str) -> None:
+    names = ["before", "after"]
+    values = [v if v is not None else 0.0 for v in accuracy]
+    bars = ax.bar(names, values, color=["tab:gray", "tab:green"])
+    for bar, value in zip(bars, accuracy, strict=True):
+        ax.annotate("n/a" if value is None else f"{value:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=9)
+    ax.set_ylim(0, 1.05)
+    ax.set_title(label)

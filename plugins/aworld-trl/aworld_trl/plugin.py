@@ -33,7 +33,14 @@ def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
         return None
     from aworld_trl.options import check_section
 
-    check_section(job)  # bad options, moved keys, ZeRO-3 / FSDP: refused before anything starts
+    if job.sft is not None:  # SFT on collected trajectories: TRL's SFTTrainer (aworld_trl.sft)
+        from aworld_trl.sft import check_sft_section
+
+        check_sft_section(job)
+        config = {"aworld_mode": "sft", "sft_config": job.backend_section(NAME)}
+    else:
+        check_section(job)  # bad options, moved keys, ZeRO-3 / FSDP: refused before anything starts
+        config = {"grpo_config": job.backend_section(NAME)}
     from aworld_core.secrets import public_job_dump
 
     job_data = public_job_dump(job)  # secrets as {"env": NAME}: the launch exports them first
@@ -42,5 +49,5 @@ def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
         entrypoint="aworld_trl.trainer:train",
         entrypoint_kwargs={"job": job_data, "output_dir": str(output_dir)},
         files={JOB_FILE: yaml.safe_dump(job_data, sort_keys=False)},
-        config={"grpo_config": job.backend_section(NAME)},
+        config=config,
     )

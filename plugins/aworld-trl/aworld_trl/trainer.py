@@ -28,12 +28,18 @@ from aworld_core.schemas import TrainResult
 
 
 def train(job: Any, output_dir: str) -> TrainResult:
-    """Run the job's GRPO training on TRL; returns what it measured and wrote.
+    """Run the job's GRPO training (SFT when the job sets ``sft:``) on TRL; returns what it
+    measured and wrote.
 
     ``job``: a ``JobConfig``, a dict, JSON text or a config file (the kit's ``load_job``)."""
     from aworld_core.worker import load_job
 
-    return TrlRun(load_job(job), Path(output_dir)).run()
+    job = load_job(job)
+    if job.sft is not None:  # SFT on collected trajectories (aworld_trl.sft)
+        from aworld_trl.sft import SftRun
+
+        return SftRun(job, Path(output_dir)).run()
+    return TrlRun(job, Path(output_dir)).run()
 
 
 class TrlRun:

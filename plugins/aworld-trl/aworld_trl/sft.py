@@ -1,0 +1,333 @@
+"""SFT on collected trajectories with TRL's ``SFTTrainer`` (a job with an ``sft:`` section).
+
+The job's ``sft.train`` / ``sft.val`` are episode files (``python -m aworld_core.trajectories
+filter`` writes them). Two dataset forms, both trained with the loss on the model's own tokens only:
+
+* ``tokens``: each episode's exact token view (``aworld_core.trajectories.token_rows``), given to
+  TRL pre-tokenized as ``input_ids`` + ``completion_mask`` with ``completion_only_loss``: the loss
+  is on exactly the sampled assistant ids, never on tool output or template text, and nothing is
+  re-tokenized. The tokenizer is checked against the token data; a sequence longer than
+  ``max_length`` is refused (TRL would cut it).
+* ``messages``: ``messages`` + ``tools`` rendered by TRL with the model's chat template and
+  ``assistant_only_loss``, which needs a template that marks assistant text with
+  ``{% generation %}``; another template is refused with that hint.
+
+Every key of ``backends.trl`` except ``aworld`` is a ``trl.SFTConfig`` argument. Held-out
+accuracy before and after (greedy, the full tool loop, the job's ``test_dataset`` and
+``reward``), ``metrics.jsonl`` (training and validation loss), ``metrics.png``, the checkpoint
+and ``summary.json`` are written beside the run, as for GRPO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import re
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from aworld_core.errors import ConfigError, UsageError
+from aworld_core.schemas import TrainResult
+from aworld_trl.trainer import TrlRun, _copy_tokenizer_files, _fmt, _process_age_s
+
+GENERATION_MARK = re.compile(r"{%-?\s*generation\s*-?%}")
+DEFAULT_EVAL_MAX_TOKENS = 128
+
+
+def check_sft_section(job: Any) -> Any:
+    """Plan-time checks (no TRL import): our options, no parameter sharding, the files exist."""
+    from aworld_trl.options import refuse_sharded_training, split_section
+
+    arguments, options = split_section(job.backend_section("trl"))
+    refuse_sharded_training(arguments, job)
+    for name in ("train", "val", "tools"):
+        value = getattr(job.sft, name)
+        if value is not None and not Path(job.resolve_path(value)).exists():
+            raise UsageError(f"sft.{name} '{job.resolve_path(value)}' does not exist")
+    if job.model is None:
+        raise UsageError("an SFT job needs model (model.path: the local model directory to fine-tune)")
+    return options
+
+
+def sft_config(job: Any, output_dir: Path, form: str, has_val: bool) -> tuple[Any, Any]:
+    """The ``SFTConfig`` for ``job`` (``form``: tokens or messages) and our options."""
+    from trl import SFTConfig
+
+    from aworld_trl.options import _has_gpu, refuse_sharded_training, split_section
+
+    arguments, options = split_section(job.backend_section("trl"))
+    refuse_sharded_training(arguments, job)
+    known = {f.name for f in dataclasses.fields(SFTConfig) if f.init}
+    unknown = sorted(set(arguments) - known)
+    if unknown:
+        hints = [f"'{k}'" + (f" (did you mean {', '.join(c)}?)" if (c := difflib.get_close_matches(k, sorted(known), n=3))
+                             else "") for k in unknown]
+        raise ConfigError(
+            f"backends.trl has keys TRL's SFTConfig does not know: {', '.join(hints)}. In an SFT job (sft: set) "
+            f"every key of backends.trl except 'aworld' is passed to trl.SFTConfig",
+            [(f"backends.trl.{key}", arguments[key], "a trl.SFTConfig field") for key in unknown],
+        )
+    loss_keys = {"tokens": ("completion_only_loss", True), "messages": ("assistant_only_loss", True)}
+    key, value = loss_keys[form]
+    if key in arguments and arguments[key] is not value:
+        raise ConfigError(
+            f"backends.trl.{key}={arguments[key]!r}: the {form} form trains on the model's own tokens only "
+            f"({key}: true); remove the setting",
+            [(f"backends.trl.{key}", arguments[key], "true (or unset)")],
+        )
+    if arguments.get("packing"):
+        raise ConfigError("backends.trl.packing: packing is not supported for SFT on trajectories (it would mix "
+                          "episodes in one sequence); remove it", [("backends.trl.packing", True, "false")])
+    defaults: dict[str, Any] = {
+        "output_dir": str(output_dir / "trl"),
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": list(job.logging.report_to) or "none",
+        "seed": job.seed,
+        "disable_tqdm": True,
+        key: True,
+    }
+    if has_val:
+        defaults.update(eval_strategy="steps", eval_steps=0.1)
+    if not _has_gpu():
+        if arguments.get("bf16") or arguments.get("fp16"):
+            raise ConfigError("backends.trl asks for bf16/fp16 but this machine has no GPU; remove them",
+                              [("backends.trl.bf16", True, "false on a CPU")])
+        defaults.update(use_cpu=True, bf16=False)
+    try:
+        config = SFTConfig(**{**defaults, **arguments})
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"backends.trl is not a valid TRL SFTConfig: {exc}") from None
+    return config, options
+
+
+def _episodes(job: Any, name: str) -> list[Any]:
+    from aworld_core.trajectories import read_trajectories
+
+    value = getattr(job.sft, name)
+    if value is None:
+        return []
+    collection = read_trajectories(job.resolve_path(value))
+    if not collection.episodes:
+        raise UsageError(f"sft.{name} '{job.resolve_path(value)}' holds no episodes")
+    return collection.episodes
+
+
+def choose_form(requested: str, episodes: list[Any]) -> str:
+    """``auto``: tokens when every episode carries token data, else messages."""
+    if requested != "auto":
+        return requested
+    return "tokens" if all(e.training is not None for e in episodes) else "messages"
+
+
+def token_dataset_rows(episodes: list[Any], tokenizer: Any, max_length: int | None, where: str) -> list[dict[str, Any]]:
+    """``input_ids`` + ``completion_mask`` rows for TRL (prompt ids masked 0); refuses over-long ones."""
+    from aworld_core.trajectories import token_rows
+
+    rows = []
+    for row in token_rows(episodes, tokenizer):
+        ids = row["prompt_ids"] + row["completion_ids"]
+        if max_length is not None and len(ids) > max_length:
+            raise UsageError(
+                f"{where}: episode {row['episode_id']} is {len(ids)} tokens, over backends.trl.max_length="
+                f"{max_length}; TRL would cut it (training a sequence that was never sampled). Raise max_length or "
+                f"drop long episodes (python -m aworld_core.trajectories filter --max-tokens {max_length})"
+            )
+        rows.append({"input_ids": ids, "completion_mask": [0] * len(row["prompt_ids"]) + row["completion_mask"]})
+    return rows
+
+
+def messages_dataset_rows(episodes: list[Any], tokenizer: Any, tools_path: str | None) -> list[dict[str, Any]]:
+    from aworld_core.trajectories import messages_rows, read_tools
+
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
+    if not GENERATION_MARK.search(template):
+        raise UsageError(
+            "the messages form trains with TRL's assistant_only_loss, which needs a chat template that marks "
+            "assistant text with {% generation %} ... {% endgeneration %}; this model's template has none. Set "
+            "model.chat_template to a template with the marks, or use sft.format: tokens (episodes with token data)"
+        )
+    tools = read_tools(tools_path)
+    rows = messages_rows(episodes, tools)
+    if tools is not None:  # one JSON text column: tool schemas differ in shape between tools
+        for row in rows:
+            row["tools"] = json.dumps(row["tools"])
+    return rows
+
+
+class SftRun(TrlRun):
+    """One SFT run: load, evaluate before, ``SFTTrainer.train``, evaluate after, write, summarize."""
+
+    def run(self) -> TrainResult:
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        from aworld_core.datasets import load_dataset_section
+        from aworld_core.runtime.loop_thread import LoopThread
+
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        check_sft_section(self.job)
+        train_episodes, val_episodes = _episodes(self.job, "train"), _episodes(self.job, "val")
+        form = choose_form(self.job.sft.format, train_episodes + val_episodes)
+        args, options = sft_config(self.job, self.output_dir, form, bool(val_episodes))
+        self.options = options
+        if options.torch_threads is not None:
+            import torch
+
+            from aworld_trl.options import free_cpus
+
+            threads = free_cpus() if options.torch_threads == "auto" else options.torch_threads
+            torch.set_num_threads(threads)
+            self.metrics["torch_threads"] = threads
+        model, tokenizer = self._load_model()
+        if self.job.model.chat_template:
+            tokenizer.chat_template = Path(self.job.resolve_path(self.job.model.chat_template)).read_text(encoding="utf-8")
+        train_rows, val_rows = self._rows(form, train_episodes, val_episodes, tokenizer, args.max_length)
+        self.metrics.update({"sft/format": form, "sft/train_episodes": len(train_episodes),
+                             "sft/val_episodes": len(val_episodes), "sft/train_rows": len(train_rows)})
+        if form == "tokens":
+            self.metrics["sft/train_tokens"] = sum(len(r["input_ids"]) for r in train_rows)
+            self.metrics["sft/trained_tokens_per_epoch"] = sum(sum(r["completion_mask"]) for r in train_rows)
+        test = None
+        if self.job.test_dataset is not None and (options.eval_before or options.eval_after):
+            if self.job.reward is None:
+                raise UsageError("held-out accuracy (test_dataset) needs a reward in the job config; or set "
+                                 "backends.trl.aworld.eval_before/eval_after: false")
+            test = load_dataset_section(self.job.test_dataset, self.job.base_dir)
+        model.to(args.device)
+        loop = LoopThread("aworld-trl-sft-eval") if test else None
+        try:
+            evaluator = self._evaluator(model, tokenizer) if test else None
+            before = self._evaluate(evaluator, loop, test, "before", model) if test and options.eval_before else None
+            trainer, progress = self._sft_trainer(model, tokenizer, args, train_rows, val_rows)
+            trainer.train()
+            after = self._evaluate(evaluator, loop, test, "after", model) if test and options.eval_after else None
+        finally:
+            if loop is not None:
+                loop.close()
+        if options.save_checkpoint:
+            checkpoint = self.output_dir / "checkpoint"
+            trainer.save_model(str(checkpoint))
+            _copy_tokenizer_files(self.tokenizer_dir, checkpoint)
+            self.artifacts["checkpoint"] = str(checkpoint)
+        self._finish_sft(progress.history, before, after)
+        return TrainResult(backend="trl", output_dir=str(self.output_dir), metrics=self.metrics,
+                           artifacts=self.artifacts)
+
+    def _rows(self, form: str, train: list[Any], val: list[Any], tokenizer: Any,
+              max_length: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        if form == "tokens":
+            return (token_dataset_rows(train, tokenizer, max_length, "sft.train"),
+                    token_dataset_rows(val, tokenizer, max_length, "sft.val") if val else [])
+        tools = self.job.resolve_path(self.job.sft.tools) if self.job.sft.tools else None
+        return (messages_dataset_rows(train, tokenizer, tools),
+                messages_dataset_rows(val, tokenizer, tools) if val else [])
+
+    def _evaluator(self, model: Any, tokenizer: Any) -> Any:
+        from aworld_core.rewards.registry import RewardStats
+        from aworld_core.tokens.hf_engine import HFTokenEngine
+        from aworld_core.worker import EpisodeRunner, build_agent, build_token_llm
+
+        max_tokens = self.job.agent.max_tokens or DEFAULT_EVAL_MAX_TOKENS
+        concurrency = self.options.eval_concurrency or self.job.rollout.concurrency
+        engine = HFTokenEngine(model, tokenizer, max_new_tokens=max_tokens,
+                               batch_window_s=self.options.engine_batch_window_s,
+                               max_batch_size=self.options.engine_max_batch_size or concurrency)
+        llm = build_token_llm(engine, tokenizer, self.job, max_response_tokens=max_tokens)
+        return EpisodeRunner.from_job(self.job, llm, agent=build_agent(self.job), stats=RewardStats(),
+                                      concurrency=concurrency)
+
+    def _sft_trainer(self, model: Any, tokenizer: Any, args: Any, train_rows: list[dict[str, Any]],
+                     val_rows: list[dict[str, Any]]) -> tuple[Any, Any]:
+        from datasets import Dataset
+        from transformers import PrinterCallback, ProgressCallback
+        from trl import SFTTrainer
+
+        from aworld_trl.options import refuse_sharded_trainer
+
+        progress = sft_progress_class()(self.output_dir / "metrics.jsonl", enabled=self.options.progress,
+                                        print_every=self.options.print_every)
+        self.artifacts["metrics"] = str(self.output_dir / "metrics.jsonl")
+        trainer = SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list(train_rows),
+            eval_dataset=Dataset.from_list(val_rows) if val_rows else None,
+            processing_class=tokenizer,
+            callbacks=[progress],
+        )
+        refuse_sharded_trainer(trainer)
+        trainer.remove_callback(ProgressCallback)
+        trainer.remove_callback(PrinterCallback)
+        return trainer, progress
+
+    def _finish_sft(self, history: list[dict[str, Any]], before: Any, after: Any) -> None:
+        from aworld_trl.plots import SFT_PANELS, plot_metrics
+
+        losses = [r["loss"] for r in history if isinstance(r.get("loss"), (int, float))]
+        val = [r["eval_loss"] for r in history if isinstance(r.get("eval_loss"), (int, float))]
+        window = self.options.summary_window
+        self.metrics.update({
+            "steps": max((r.get("step", 0) for r in history), default=0),
+            "loss/start": _mean(losses[:window]),
+            "loss/end": _mean(losses[-window:]),
+            "eval_loss/first": val[0] if val else None,
+            "eval_loss/last": val[-1] if val else None,
+            "train_seconds": round(time.perf_counter() - self.started, 1),
+            "process_seconds": round(_process_age_s() or (time.perf_counter() - self.started), 1),
+        })
+        acc_before = before.accuracy if before is not None else None
+        acc_after = after.accuracy if after is not None else None
+        if self.options.plot and history:
+            plot = plot_metrics(history, self.output_dir / "metrics.png", title=self.job.name,
+                                accuracy=(acc_before, acc_after), panels=SFT_PANELS)
+            if plot is not None:
+                self.artifacts["plot"] = str(plot)
+        line = (f"summary: SFT loss {_fmt(self.metrics['loss/start'])} -> {_fmt(self.metrics['loss/end'])} "
+                f"(mean of first/last {window} logged steps)")
+        if val:
+            line += f"; validation loss {val[0]:.3f} -> {val[-1]:.3f}"
+        if acc_before is not None or acc_after is not None:
+            line += f"; held-out accuracy {_fmt(acc_before)} -> {_fmt(acc_after)} ({(after or before).n} tasks, greedy)"
+        line += f"; {self.metrics['process_seconds']:.0f}s in all"
+        print(line, flush=True)
+        for name, path in self.artifacts.items():
+            print(f"  {name}: {path}", flush=True)
+        if self.options.targets is not None:
+            self._check_targets(acc_before, acc_after, None)
+        (self.output_dir / "summary.json").write_text(
+            json.dumps({"metrics": self.metrics, "artifacts": self.artifacts}, indent=2), encoding="utf-8"
+        )
+
+
+def sft_progress_class() -> type:
+    """The GRPO progress callback, titled SFT, also printing each validation loss."""
+    from aworld_trl.progress import callback_class
+
+    base = callback_class()
+
+    class SftProgress(base):  # type: ignore[misc, valid-type]
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.enabled and self.bar is None:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=state.max_steps, desc="SFT", unit="step", dynamic_ncols=True)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
+                   **kwargs: Any) -> None:
+            super().on_log(args, state, control, logs=logs, **kwargs)
+            if logs and "eval_loss" in logs:
+                line = f"step {state.global_step}/{state.max_steps}: validation loss {float(logs['eval_loss']):.4f}"
+                (self.bar.write if self.bar is not None else print)(line)
+
+    return SftProgress
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
