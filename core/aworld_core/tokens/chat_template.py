@@ -1,24 +1,38 @@
 """Chat-template rendering for the token path: the first prompt, and the env delta of a turn.
 
-The delta of a turn is what the template puts after the assistant's sampled text: its
-end-of-turn token, the separator after it, the new messages (tool results, user turns) and the
-next generation prompt. It is found by rendering the conversation with a marker as the last
-assistant's content and cutting at the first end-of-turn token after the marker. That keeps it
-right for templates that render the conversation differently as a whole (Qwen3 strips earlier
-``<think>`` blocks; Qwen2.5 and Llama-3 inject a default system block at the top): only the text
-after the last assistant turn is used, so nothing before it can leak into the response.
+The env tokens of a turn are the template's own render of the new messages (tool results, user
+turns) and of the next generation prompt, placed after the assistant's sampled turn. They are
+found from the real conversation, never from a stand-in: ``past`` is the render of the history
+ending with the real assistant message (its content and its tool calls with their arguments, as
+parsed) and ``full`` the render of the history plus the new messages. The assistant's own
+terminator is the last one inside its turn in ``past``; when ``past`` up to there is a prefix of
+``full`` the env text is exactly ``full`` from that terminator on. Nothing is searched for past the
+assistant's turn, so a tool result that spells a terminator cannot move the cut.
+
+A template that renders earlier turns differently once new ones follow (Qwen3 strips earlier
+``<think>`` blocks, Mistral v3 moves its tools block to the last user message) is not prefix-stable;
+``TemplateOptions.history_changes`` decides: ``keep`` the sequence the policy saw and place the new
+messages after the assistant's terminator as re-rendered (located from the first new message's
+content backwards, through template text only), ``restart`` a segment from a fresh render (the view
+is marked ``history_rewritten``), or ``error``. A new message whose content the template leaves out
+(Phi-4 drops tool results) and a template that raises are ``EpisodeInputError``s naming the template.
 """
 
 from __future__ import annotations
 
-import itertools
+import json
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aworld_core.errors import EpisodeInputError, LLMError, UsageError
 from aworld_core.schemas import Message
+from aworld_core.tokens.families import TemplateOptions
 
-_MARKS = itertools.count()
+logger = logging.getLogger(__name__)
+
+_PROBES = ("AWORLDPROBE7Q", "ZAWORLDPROBE7Q")  # two, so one always differs from the next character
 
 
 def load_chat_template(chat_template: str | Path | None, tokenizer: Any) -> str:
@@ -40,8 +54,45 @@ def load_chat_template(chat_template: str | Path | None, tokenizer: Any) -> str:
     return chat_template
 
 
+def _template_name(chat_template: str | Path | None, options: TemplateOptions) -> str:
+    """How errors name the template: its family, its file, or where it came from."""
+    if isinstance(chat_template, Path) or (
+        isinstance(chat_template, str) and "{{" not in chat_template and "{%" not in chat_template
+    ):
+        where = f"chat template {Path(chat_template).name!r}"
+    elif chat_template is None:
+        where = "the tokenizer's chat template"
+    else:
+        where = "the given chat template"
+    return f"{where} (family {options.family})" if options.family else where
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass
+class Delta:
+    """The env side of one turn."""
+
+    ids: list[int]  # env tokens to append after the sampled ones (mask 0)
+    text: str  # the template's render of the whole conversation with the generation prompt
+    restart: bool = False  # not prefix-stable and history_changes="restart": start a new segment
+    history_changed: bool = False  # the template re-rendered earlier turns (the sequence keeps them)
+
+
 class ChatRenderer:
-    """Renders and tokenizes conversations with one tokenizer and one template."""
+    """Renders and tokenizes conversations with one tokenizer, one template and its options."""
 
     def __init__(
         self,
@@ -50,18 +101,34 @@ class ChatRenderer:
         *,
         end_of_turn: str | int | None = None,
         template_kwargs: dict[str, Any] | None = None,
+        options: TemplateOptions | None = None,
     ):
         self.tokenizer = tokenizer
+        self.options = options or TemplateOptions()
         self.template = load_chat_template(chat_template, tokenizer)
-        self.template_kwargs = dict(template_kwargs or {})
-        self.eot_text, self.eot_id = self._end_of_turn(end_of_turn)
+        self.template_name = _template_name(chat_template, self.options)
+        self.template_kwargs = {**self.options.chat_template_kwargs, **(template_kwargs or {})}
+        # tokens that end a sampled turn (engine stops), then those the template may render instead
+        if end_of_turn is not None:
+            self.terminators = dict([self._end_of_turn(end_of_turn)])
+        elif self.options.terminators:
+            self.terminators = dict(self._single_token(t, "terminators") for t in self.options.terminators)
+        else:
+            self.terminators = dict([self._end_of_turn(None)])
+        self.closing = {**self.terminators}
+        for text in self.options.history_terminators:
+            key, value = self._single_token(text, "history_terminators")
+            self.closing[key] = value
+        self.eot_text, self.eot_id = next(iter(self.terminators.items()))
+        self.stop_ids = list(dict.fromkeys(self.terminators.values()))
+        self._warned = False
 
     # -- rendering ---------------------------------------------------------------------------
 
     def render(self, messages: list[Message], tools: list[dict[str, Any]] | None, *, generation_prompt: bool) -> str:
         try:
             return self.tokenizer.apply_chat_template(
-                messages,
+                self._template_messages(messages),
                 tools=tools or None,
                 chat_template=self.template,
                 add_generation_prompt=generation_prompt,
@@ -69,7 +136,32 @@ class ChatRenderer:
                 **self.template_kwargs,
             )
         except Exception as exc:  # jinja errors and the template's own raise_exception()
-            raise EpisodeInputError(f"the chat template failed on this conversation: {exc}") from exc
+            kind = type(exc).__name__
+            if kind == "TemplateError":  # raise_exception("...") in the template: its own condition
+                raise EpisodeInputError(f"{self.template_name} rejects this conversation: {exc}") from exc
+            raise EpisodeInputError(f"{self.template_name} failed on this conversation: {kind}: {exc}") from exc
+
+    def _template_messages(self, messages: list[Message]) -> list[Message]:
+        """The messages as this family's template wants them (argument form, tool role)."""
+        opts = self.options
+        if opts.tool_arguments == "dict" and opts.tool_role == "tool":
+            return messages
+        out: list[Message] = []
+        merged_tool = False  # the last message of ``out`` is tool results made into a user turn
+        for message in messages:
+            if message["role"] == "assistant" and message.get("tool_calls") and opts.tool_arguments == "json":
+                message = {**message, "tool_calls": [_json_arguments(c) for c in message["tool_calls"]]}
+            if message["role"] == "tool" and opts.tool_role == "user":
+                text = message.get("content") or ""
+                if merged_tool:
+                    out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n\n{text}"}
+                else:
+                    out.append({"role": "user", "content": text})
+                merged_tool = True
+                continue
+            merged_tool = False
+            out.append(message)
+        return out
 
     def encode(self, text: str) -> list[int]:
         """Token ids of rendered text. Templates write their own BOS, so none is added."""
@@ -78,61 +170,175 @@ class ChatRenderer:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    def prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
-        return self.encode(self.render(messages, tools, generation_prompt=True))
+    def prompt(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> tuple[str, list[int]]:
+        """The rendered first prompt (with the generation prompt) and its ids."""
+        text = self.render(messages, tools, generation_prompt=True)
+        return text, self.encode(text)
 
-    def delta_ids(
+    def prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
+        return self.prompt(messages, tools)[1]
+
+    # -- the env delta -----------------------------------------------------------------------
+
+    def delta(
         self,
-        before: list[Message],
-        assistant: Message,
+        history: list[Message],
         new_messages: list[Message],
         tools: list[dict[str, Any]] | None,
-    ) -> list[int]:
-        """Ids from the last assistant's end-of-turn token up to the next generation prompt.
+        *,
+        previous: str | None,
+        last_sampled: int | None,
+    ) -> Delta:
+        """The env tokens for ``new_messages`` after the last assistant turn of ``history``.
 
-        ``before`` is the conversation before the assistant turn ``assistant``. The first id is
-        always ``eot_id``; the caller drops it when the model sampled it.
+        ``history`` ends with the real assistant message; ``previous`` is the render (with the
+        generation prompt) the assistant sampled after; ``last_sampled`` its last sampled id.
+        The env tokens start with the template's terminator unless the model sampled one: then
+        the sampled one closes the turn (when the template renders a different one in history,
+        gpt-oss's ``<|end|>`` for a sampled ``<|return|>``, the sampled one stands in for it),
+        except for families whose terminator opens the next turn (GLM), where a different one
+        stays as env because it is the next turn's role.
         """
-        mark = f"AWORLDTURNMARK{next(_MARKS)}X"
-        # The stand-in carries no model text, so nothing sampled can be mistaken for the
-        # end-of-turn token. Templates that insist on tool results answering tool calls get the
-        # calls' names (with empty arguments) on a second try.
-        dummy: Message = {"role": "assistant", "content": mark}
-        try:
-            text = self.render([*before, dummy, *new_messages], tools, generation_prompt=True)
-        except UsageError:
-            if not assistant.get("tool_calls"):
-                raise
-            text = ""
-        at = text.find(mark)
-        if at < 0 and assistant.get("tool_calls"):
-            dummy["tool_calls"] = [
-                {"id": c.get("id"), "type": "function", "function": {"name": c["function"]["name"], "arguments": {}}}
-                for c in assistant["tool_calls"]
-            ]
-            text = self.render([*before, dummy, *new_messages], tools, generation_prompt=True)
-            at = text.find(mark)
-        if at < 0:
+        full = self.render([*history, *new_messages], tools, generation_prompt=True)
+        past = self.render(history, tools, generation_prompt=False)
+        start = _common_prefix(previous, past) if previous is not None else 0
+        changed = previous is not None and start < len(previous)
+        end = self._turn_end(past, start)
+        if full.startswith(past[:end]):
+            at = end
+        else:
+            changed = True
+            mode = self.options.history_changes
+            if mode == "restart":
+                return Delta([], full, restart=True, history_changed=True)
+            if mode == "error":
+                raise EpisodeInputError(
+                    f"{self.template_name} renders the earlier turns differently once the new "
+                    f"{_roles(new_messages)} message(s) follow (it is not prefix-stable), so the sequence "
+                    "sampled so far is not the start of the template's conversation; set "
+                    "template_options.history_changes to 'keep' or 'restart'"
+                )
+            at = self._tail_start(past[:end], full, history, new_messages, tools)
+        if changed:
+            self._note_history_change()
+        env = full[at:]
+        term = self._terminator_at(env)
+        self._check_contents(env, new_messages)
+        ids = self.encode(env)
+        if not ids or ids[0] != self.closing[term]:
             raise LLMError(
-                "the chat template does not print an assistant message's content, so the tokens of "
-                "the next turn cannot be placed after the sampled ones; use a template that renders "
-                "assistant content"
+                f"{term!r} does not tokenize to its own id {self.closing[term]} at the start of the next "
+                "turn; terminators must be single special tokens"
             )
-        eot_at = text.find(self.eot_text, at + len(mark))
-        if eot_at < 0:
+        sampled_close = last_sampled in self.terminators.values() and not self.options.terminator_opens_next_turn
+        if last_sampled == ids[0] or sampled_close:
+            ids = ids[1:]
+        return Delta(ids, full, history_changed=changed)
+
+    def _turn_end(self, past: str, start: int) -> int:
+        """Where the last assistant turn's terminator starts in ``past`` (its render when last)."""
+        if self.options.terminator_opens_next_turn:
+            return len(past)  # the next turn's role token closes it; ``past`` ends with the turn
+        best, found = -1, ""
+        for text in self.closing:
+            at = past.rfind(text, max(0, start - len(text) + 1))  # may begin inside the common prefix
+            if at > best or (at == best and len(text) > len(found)):
+                best, found = at, text
+        if best < 0:
+            return len(past)  # closed only once something follows: ``full`` must put it there
+        after = past[best + len(found) :]
+        if after.strip():
             raise LLMError(
-                f"the chat template does not close an assistant turn with {self.eot_text!r}; pass "
-                "end_of_turn= the token the template ends assistant turns with"
+                f"{self.template_name} does not end an assistant turn with one of {sorted(self.closing)} "
+                f"(after the last one it renders {after[:60]!r}); set template_options.terminators (or the "
+                "family) to the tokens it ends assistant turns with"
             )
-        ids = self.encode(text[eot_at:])
-        if not ids or ids[0] != self.eot_id:
+        return best
+
+    def _terminator_at(self, env: str) -> str:
+        matches = [t for t in self.closing if env.startswith(t)]
+        if not matches:
             raise LLMError(
-                f"{self.eot_text!r} does not tokenize to its own id {self.eot_id}; pass end_of_turn= a "
-                "single special token"
+                f"{self.template_name} renders {env[:60]!r} right after the assistant's turn where one of "
+                f"{sorted(self.closing)} was expected; set template_options.terminators (or the family) to "
+                "the tokens it ends assistant turns with"
             )
-        return ids
+        return max(matches, key=len)
+
+    def _tail_start(
+        self,
+        past: str,
+        full: str,
+        history: list[Message],
+        new_messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+    ) -> int:
+        """The assistant's terminator in ``full`` when earlier turns were re-rendered.
+
+        The first new message's content is located exactly (a probe text inserted in its middle
+        keeps any check a template makes on how the content starts or ends, and the first
+        difference must be preceded by the content's first half); the terminator is the last one
+        between where ``past`` and ``full`` part and that content: only template text lies there.
+        """
+        first = new_messages[0]
+        content = first.get("content") or ""
+        half = len(content) // 2
+        probe = next(p for p in _PROBES if not content[half:].startswith(p[0]))
+        probed = {**first, "content": content[:half] + probe + content[half:]}
+        other = self.render([*history, probed, *new_messages[1:]], tools, generation_prompt=True)
+        at = _common_prefix(full, other)
+        begin = at - half
+        if begin < 0 or full[begin:at] != content[:half]:
+            raise EpisodeInputError(self._unplaceable(new_messages))
+        part = _common_prefix(past, full)  # the terminator may begin inside it ("<" of "<think>"), not before
+        best = max(full.rfind(t, max(0, part - len(t) + 1), begin) for t in self.closing)
+        if best < 0:
+            raise EpisodeInputError(self._unplaceable(new_messages))
+        return best
+
+    def _unplaceable(self, new_messages: list[Message]) -> str:
+        return (
+            f"{self.template_name} renders the earlier turns differently once the new {_roles(new_messages)} "
+            "message(s) follow, and the end of the assistant's turn cannot be placed exactly in the new render; "
+            "set template_options.history_changes='restart' (a fresh segment, marked history_rewritten)"
+        )
+
+    def _check_contents(self, env: str, new_messages: list[Message]) -> None:
+        """Every new message's content must be in its env text: a template that leaves one out
+        would hide it from the model and from the trained sequence."""
+        for message in new_messages:
+            content = (message.get("content") or "").strip()
+            if not content or content in env or json.dumps(content, ensure_ascii=False)[1:-1] in env:
+                continue
+            role = message["role"]
+            hint = " or template_options.tool_role='user'" if role == "tool" else ""
+            raise EpisodeInputError(
+                f"{self.template_name} leaves out the content of a new {role!r} message "
+                f"({content[:60]!r}): the model would never see it; use a template that renders {role} "
+                f"messages{hint}"
+            )
+
+    def _note_history_change(self) -> None:
+        if not self._warned:
+            self._warned = True
+            limits = f" ({self.options.limits})" if self.options.limits else ""
+            logger.info(
+                "%s renders earlier turns differently once later ones follow%s; the token sequence keeps what "
+                "the policy saw, so it differs from a fresh render of the conversation there",
+                self.template_name,
+                limits,
+            )
 
     # -- setup ----------------------------------------------------------------------------------
+
+    def _single_token(self, text: str, field: str) -> tuple[str, int]:
+        ids = self.encode(text)
+        if len(ids) != 1:
+            raise UsageError(
+                f"{field} entry {text!r} is not a single token of this tokenizer (it encodes to {len(ids)} ids); "
+                "give the special tokens this tokenizer ends assistant turns with, or another family"
+            )
+        return text, ids[0]
 
     def _end_of_turn(self, end_of_turn: str | int | None) -> tuple[str, int]:
         """The token that closes an assistant turn: given, or read off the template."""
@@ -158,5 +364,17 @@ class ChatRenderer:
             return eos, tok.convert_tokens_to_ids(eos)
         raise UsageError(
             "cannot tell which token ends an assistant turn in this chat template; pass end_of_turn= "
-            "(e.g. '<|im_end|>' or '<|eot_id|>')"
+            "(e.g. '<|im_end|>' or '<|eot_id|>') or a family"
         )
+
+
+def _json_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    fn = call.get("function") or {}
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        return call
+    return {**call, "function": {**fn, "arguments": json.dumps(args if args is not None else {}, ensure_ascii=False)}}
+
+
+def _roles(messages: list[Message]) -> str:
+    return "/".join(dict.fromkeys(m["role"] for m in messages))

@@ -23,6 +23,7 @@ from aworld_core.llm.base import LLMResponse
 from aworld_core.schemas import Message, SamplingParams, TokenData, TrainingView
 from aworld_core.tokens.chat_template import ChatRenderer
 from aworld_core.tokens.engine import ABORT, LENGTH, STOP_TOKEN_IDS, TokenEngine, TokenOutput
+from aworld_core.tokens.families import TemplateOptions, resolve_options
 from aworld_core.tokens.messages import extends, normalize_messages
 from aworld_core.tokens.parsers import ParsedText, ToolParser, get_tool_parser, split_reasoning
 from aworld_core.tokens.session import TokenSession
@@ -54,6 +55,11 @@ class TokenLLM:
     prompt). When a session reaches it the response is cut there (ids, mask, logprobs and
     versions together), the view says ``truncated=True``, the call answers
     ``finish_reason="length"`` and every later call in that session answers the same at once.
+
+    ``family`` names a chat-template preset (``aworld_core.tokens.families``: terminators, parser,
+    tool-call id format, argument form, tool role, what to do when the template re-renders history);
+    ``template_options`` (a ``TemplateOptions`` or a dict of its fields) overrides its fields, and an
+    explicit ``tool_parser`` / ``end_of_turn`` overrides the preset's parser / terminators.
     """
 
     def __init__(
@@ -61,9 +67,11 @@ class TokenLLM:
         engine: TokenEngine,
         tokenizer: Any,
         chat_template: str | Path | None = None,
-        tool_parser: str | ToolParser = "hermes",
+        tool_parser: str | ToolParser | None = None,
         max_response_tokens: int | None = None,
         *,
+        family: str | None = None,
+        template_options: TemplateOptions | dict[str, Any] | None = None,
         max_prompt_tokens: int | None = None,
         end_of_turn: str | int | None = None,
         model_name: str = "aworld-policy",
@@ -81,10 +89,15 @@ class TokenLLM:
             tokenizer = load_tokenizer(tokenizer)
         self.engine = engine
         self.tokenizer = tokenizer
+        self.options = resolve_options(family, template_options)
         self.renderer = ChatRenderer(
-            tokenizer, chat_template, end_of_turn=end_of_turn, template_kwargs=chat_template_kwargs
+            tokenizer,
+            chat_template,
+            end_of_turn=end_of_turn,
+            template_kwargs=chat_template_kwargs,
+            options=self.options,
         )
-        self.tool_parser = get_tool_parser(tool_parser)
+        self.tool_parser = _build_parser(tool_parser or self.options.tool_parser or "hermes", self.options.tool_call_id)
         self.max_response_tokens = max_response_tokens
         self.max_prompt_tokens = max_prompt_tokens
         self.model_name = model_name
@@ -190,8 +203,10 @@ class TokenLLM:
     ) -> LLMResponse:
         env: list[int] = []
         restart_prompt: list[int] | None = None
+        rendered: str | None = None  # the render the next sampled turn follows
+        template_rewrote = False
         if session is None:
-            prompt = self.renderer.prompt_ids(msgs, tools)
+            rendered, prompt = self.renderer.prompt(msgs, tools)
             self._check_prompt(prompt, session_id)
             session = TokenSession(session_id=session_id, tools=tools, prompt_ids=prompt, history=msgs)
         elif session.exhausted:
@@ -200,11 +215,21 @@ class TokenLLM:
             return session.last_response  # the client retried the same request
         elif extends(session.history, msgs):
             k = len(session.history)
-            delta = self.renderer.delta_ids(msgs[: k - 1], session.history[k - 1], msgs[k:], session.tools)
-            env = delta[1:] if session.last_sampled_id == delta[0] else delta
+            delta = self.renderer.delta(
+                session.history,
+                msgs[k:],
+                session.tools,
+                previous=session.rendered,
+                last_sampled=session.last_sampled_id,
+            )
+            if delta.restart:  # the template re-rendered earlier turns and the family restarts then
+                rendered, restart_prompt = self.renderer.prompt(msgs, session.tools)
+                self._check_prompt(restart_prompt, session_id)
+            else:
+                env, rendered, template_rewrote = delta.ids, delta.text, delta.history_changed
         else:
             # the client sent a conversation that does not continue the recorded one
-            restart_prompt = self.renderer.prompt_ids(msgs, session.tools)
+            rendered, restart_prompt = self.renderer.prompt(msgs, session.tools)
             self._check_prompt(restart_prompt, session_id)
 
         budget = self.max_response_tokens
@@ -212,7 +237,7 @@ class TokenLLM:
         used = (len(session.response_ids) if restart_prompt is None else 0) + len(env)
         if budget is not None and used >= budget:
             if restart_prompt is not None:
-                session.restart(restart_prompt, msgs)
+                session.restart(restart_prompt, msgs, rendered)
             session.append_env(env)
             session.truncate(budget)
             self._store(session)
@@ -233,7 +258,9 @@ class TokenLLM:
                 out.versions()[:keep],
             )
         if restart_prompt is not None:
-            session.restart(restart_prompt, msgs)
+            session.restart(restart_prompt, msgs, rendered)
+        session.rendered = rendered
+        session.template_rewrites += int(template_rewrote)
         session.append_env(env)
         session.append_sampled(out.token_ids, _logprobs(out), out.versions())
         if truncated:
@@ -270,8 +297,7 @@ class TokenLLM:
         if remaining is not None:
             max_tokens = remaining if max_tokens is None else min(max_tokens, remaining)
         stops = list(sampling.extra.get(STOP_TOKEN_IDS) or [])
-        if self.renderer.eot_id not in stops:
-            stops.append(self.renderer.eot_id)
+        stops += [i for i in self.renderer.stop_ids if i not in stops]
         return sampling.model_copy(update={"max_tokens": max_tokens, "extra": {**sampling.extra, STOP_TOKEN_IDS: stops}})
 
     async def _generate_once(self, prompt_ids: list[int], sampling: SamplingParams, request_id: str) -> TokenOutput:
@@ -383,7 +409,7 @@ class TokenLLM:
     ) -> ParsedText:
         """What the agent sees of sampled ids: reasoning, content and tool calls (ids untouched)."""
         ids = list(token_ids)
-        stops = set((sampling.extra.get(STOP_TOKEN_IDS) if sampling else None) or []) | {self.renderer.eot_id}
+        stops = set((sampling.extra.get(STOP_TOKEN_IDS) if sampling else None) or []) | set(self.renderer.stop_ids)
         eos = getattr(self.tokenizer, "eos_token_id", None)
         if eos is not None:
             stops.add(eos)
@@ -399,6 +425,19 @@ class TokenLLM:
         parsed = self.tool_parser.parse(text, tools=tools, id_prefix=id_prefix)
         parsed.reasoning = reasoning
         return parsed
+
+
+def _build_parser(spec: str | ToolParser, id_format: str) -> ToolParser:
+    """The tool parser, told the family's tool-call id format when it is not the default."""
+    if id_format == "prefix" or not isinstance(spec, str):
+        return get_tool_parser(spec)
+    try:
+        return get_tool_parser(spec, id_format=id_format)  # type: ignore[call-arg]
+    except TypeError as exc:
+        raise UsageError(
+            f"tool parser {spec!r} cannot make {id_format!r} tool-call ids ({exc}); choose a parser that "
+            "supports the family's tool_call_id format"
+        ) from exc
 
 
 def _logprobs(out: TokenOutput) -> list[float]:

@@ -26,6 +26,8 @@ class TokenSession:
     tools: list[dict[str, Any]] | None
     prompt_ids: list[int]
     history: list[Message]
+    # the template's render the last sampled turn followed (its prompt, generation prompt included)
+    rendered: str | None = None
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)
     response_logprobs: list[float] = field(default_factory=list)
@@ -33,6 +35,8 @@ class TokenSession:
     num_turns: int = 0
     truncated: bool = False
     history_rewritten: bool = False
+    # turns after which the template rendered earlier turns differently (the sequence kept them)
+    template_rewrites: int = 0
     # set when the response budget is spent: later calls answer finish_reason "length" at once
     exhausted: bool = False
     # the last sampled id, to tell whether the model closed its turn itself
@@ -75,13 +79,15 @@ class TokenSession:
         self.truncated = True
         self.exhausted = True
 
-    def restart(self, prompt_ids: list[int], history: list[Message]) -> None:
-        """Begin a new segment after the client rewrote history; the old view stays frozen."""
+    def restart(self, prompt_ids: list[int], history: list[Message], rendered: str | None = None) -> None:
+        """Begin a new segment after the client (or the template) rewrote history; the old view
+        stays frozen."""
         if self.frozen_view is None:
             self.frozen_view = self.view()
         self.history_rewritten = True
         self.prompt_ids = prompt_ids
         self.history = history
+        self.rendered = rendered
         self.response_ids, self.response_mask = [], []
         self.response_logprobs, self.response_versions = [], []
         self.last_sampled_id = None
