@@ -15,7 +15,7 @@ SFT_MODE_KEY = "aworld_mode"  # a backend that plans an SFT job (the job's sft:)
 
 
 def choose_backend(requested: str | None, job: Any) -> str:
-    from aworld_core.plugins import get_plugin_manager
+    from aworld_core.plugins import backend_install_hint, get_plugin_manager
     from aworld_core.settings import get_settings
 
     name = requested or job.backend
@@ -26,7 +26,7 @@ def choose_backend(requested: str | None, job: Any) -> str:
             installed = ", ".join(sorted(catalog.items("backend"))) or "none"
             raise UsageError(
                 f"no backend given (--backend or 'backend:' in the config) and the default backend "
-                f"'{default}' is not installed; install it with: pip install aworld-{default}, or "
+                f"'{default}' is not installed; {backend_install_hint(default)}, or "
                 f"pick one of the installed backends: {installed}"
             )
         name = default
@@ -104,7 +104,7 @@ def launch_job(backend: str, job: Any, plan: Any) -> Any:
     if not spec.framework_installed():
         raise FrameworkNotInstalledError(
             f"backend '{backend}' needs the '{spec.framework}' framework, which is not installed in "
-            f"this environment; install it with: {spec.install_hint or 'pip install ' + str(spec.framework)}"
+            f"this environment; install it with: {spec.install_text()}"
         )
     if job.model is not None and job.model.build and not Path(job.resolve_path(job.model.path)).exists():
         import_ref(job.model.build, job.base_dir)(job.resolve_path(job.model.path))

@@ -30,6 +30,26 @@ from aworld_core.specs import BackendSpec, DatasetSpec, EnvironmentSpec, RewardS
 DEFAULT_PLUGINS: tuple[str, ...] = ("aworld_core.builtin",)
 CORE_DIST = "aworld-core"
 
+# backend name -> the requirement of this repository's distribution that provides it (with the
+# extra its framework needs), for the hint when a backend is missing: a distribution's name is
+# not always aworld-<backend> (tests/core/test_install_hints.py checks each against the repo)
+SHIPPED_BACKENDS: dict[str, str] = {
+    "trl": "aworld-trl",
+    "verl": "aworld-verl[verl]",
+    "areal": "aworld-areal[areal]",
+    "swift": "aworld-swift[swift]",
+    "reinforce": "aworld-reinforce-backend",
+    "echo": "aworld-echo-backend",
+}
+
+
+def backend_install_hint(name: str) -> str:
+    """How to get a missing backend: the distribution that ships it, or that none does."""
+    requirement = SHIPPED_BACKENDS.get(name)
+    if requirement is None:
+        return f"no aworld distribution provides it (the backends they provide: {', '.join(sorted(SHIPPED_BACKENDS))})"
+    return f"install it with: pip install {f'{requirement!r}' if '[' in requirement else requirement}"
+
 
 @dataclass(frozen=True)
 class PluginInfo:
@@ -84,7 +104,7 @@ class Catalog:
         if provided is None:
             installed = ", ".join(sorted(self.items("backend"))) or "none"
             raise UnknownBackendError(
-                f"backend '{name}' is not installed; install it with: pip install aworld-{name}\n"
+                f"backend '{name}' is not installed; {backend_install_hint(name)}\n"
                 f"installed backends: {installed}"
             )
         return provided.spec

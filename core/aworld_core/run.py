@@ -72,7 +72,7 @@ def print_listing(out: TextIO) -> None:
             framework = (
                 f"{spec.framework} installed"
                 if spec.framework_installed()
-                else f"framework not installed ({spec.install_hint or 'pip install ' + spec.framework})"
+                else f"framework not installed ({spec.install_text()})"
             )
         gpu = ", needs a GPU to train" if spec.requires_gpu else ""
         out.write(f"  {name:<{name_w}} {item.distribution:<{dist_w}} {spec.description} [{framework}{gpu}]\n")

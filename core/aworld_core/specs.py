@@ -38,6 +38,11 @@ class BackendSpec:
         # package with no origin: that is not the framework
         return spec is not None and spec.origin is not None
 
+    def install_text(self) -> str:
+        """What to run to get the framework (never a guessed package name: import names and
+        distribution names differ, e.g. ``swift`` is ms-swift)."""
+        return self.install_hint or f"install the package that provides the '{self.framework}' module"
+
 
 @dataclass(frozen=True)
 class EnvironmentSpec:
