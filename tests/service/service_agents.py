@@ -108,6 +108,20 @@ async def slow(task: AworldTask) -> str:
     return "slept"
 
 
+async def side_effect(task: AworldTask) -> str:
+    """Works ``metadata.work_s`` seconds, then does its side effect (an ``effect`` line in
+    ``$AWORLD_TEST_WITNESS_DIR/<pid>.jsonl``, outside the store) and returns at once: a run that
+    did the effect finished. ``start`` / ``end`` lines frame every run, a stopped one too."""
+    log = Path(os.environ["AWORLD_TEST_WITNESS_DIR"]) / f"{os.getpid()}.jsonl"
+    _witness(log, task.task_id, "start")
+    try:
+        await asyncio.sleep(float(task.metadata.get("work_s", 0.2)))
+        _witness(log, task.task_id, "effect")
+        return f"did {task.task_id}"
+    finally:
+        _witness(log, task.task_id, "end")
+
+
 async def broken(task: AworldTask) -> str:
     raise RuntimeError(f"broken agent on purpose for {task.task_id}")
 

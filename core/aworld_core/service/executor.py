@@ -273,7 +273,13 @@ class TaskExecutor:
                     if run.stop_reason is None:
                         run.stop_reason = "timeout"
                 episode = self._episode_of(run, task, episode_id)
-            if run.stop_reason == "lease_lost":
+            # an agent that returned before the stop took effect finished its work: write it (or be fenced)
+            future = run.agent_future
+            finished = (
+                future is not None and not future.cancelled() and future.exception() is None
+                and episode.status is not EpisodeStatus.CANCELLED
+            )
+            if run.stop_reason == "lease_lost" and not finished:
                 self.metrics.bump("lease_lost")
                 # stopped here: back to the queue now if the lease is still ours (the store came
                 # back), instead of waiting for it to lapse; fenced if another host has it
