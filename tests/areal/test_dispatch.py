@@ -27,6 +27,7 @@ from aworld_core.errors import AworldError
 from aworld_core.hookspecs import hookimpl
 from aworld_core.plugins import get_plugin_manager
 from aworld_core.schemas import Sample
+from aworld_core.worker.outcomes import MCP_UNREACHABLE
 
 pytest_plugins = ["areal_fixtures"]  # the sglang_server and real_engine fixtures
 
@@ -173,7 +174,7 @@ def test_the_first_state_registers_the_shutdown_with_atexit(tool_model_dir, mcp_
     import atexit
 
     registered = []
-    monkeypatch.setattr(workflow_module, "_ATEXIT", False)
+    monkeypatch.setattr(workflow_module._STATES, "exit_registered", False)
     monkeypatch.setattr(atexit, "register", registered.append)
     AworldWorkflow(job_dict(tool_model_dir, mcp_server), GCONFIG, str(tool_model_dir))
     AworldWorkflow(job_dict(tool_model_dir, mcp_server), GCONFIG, str(tool_model_dir))
@@ -292,7 +293,7 @@ def test_max_failed_steps_stops_areals_rollout_batch(tool_model_dir, mcp_server,
         step1 = engine.rollout_batch([{"question": QUESTION, "answer": "5"}], workflow=WORKFLOW, workflow_kwargs=kwargs)
         assert all(t["loss_mask"].sum() == 0 for t in step1)  # nothing trained, not stopped yet
         (state,) = workflow_states()
-        assert state.stopped is None and state.rejected == {workflow_module.MCP_UNREACHABLE: 2}
+        assert state.stopped is None and state.rejected == {MCP_UNREACHABLE: 2}
         start = time.monotonic()
         with pytest.raises(RuntimeError, match=STOPPED) as info:
             engine.rollout_batch([{"question": QUESTION, "answer": "5"}], workflow=WORKFLOW, workflow_kwargs=kwargs)
@@ -301,7 +302,7 @@ def test_max_failed_steps_stops_areals_rollout_batch(tool_model_dir, mcp_server,
         requests = len(sglang_server.requests)
         with pytest.raises(RuntimeError, match=STOPPED):  # stopped: no later prompt runs
             engine.rollout_batch([{"question": QUESTION, "answer": "5"}], workflow=WORKFLOW, workflow_kwargs=kwargs)
-        assert len(sglang_server.requests) == requests and state.rejected == {workflow_module.MCP_UNREACHABLE: 4}
+        assert len(sglang_server.requests) == requests and state.rejected == {MCP_UNREACHABLE: 4}
     finally:
         engine.destroy()
 
@@ -323,6 +324,6 @@ def test_max_failed_steps_stops_areals_prepare_batch(tool_model_dir, mcp_server,
         assert isinstance(cause_of(info), AworldError)
         assert batches <= 2  # at most the first all-failed step came back as a (masked) batch
         (state,) = workflow_states()
-        assert state.stopped is cause_of(info) and state.failed_steps.consecutive == 2
+        assert state.stopped is cause_of(info) and state.outcomes.failed_steps.consecutive == 2
     finally:
         engine.destroy()

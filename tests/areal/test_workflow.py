@@ -19,8 +19,9 @@ from areal_fake_engine import FakeArealEngine
 from areal_tool_model import ANSWER_TEXT, QUESTION, job_dict, make_workflow
 
 from aworld_areal.data import SAMPLE_COLUMN, sample_rows
-from aworld_areal.workflow import MCP_UNREACHABLE, close_workflow_states
+from aworld_areal.workflow import close_workflow_states
 from aworld_core.errors import UsageError
+from aworld_core.worker.outcomes import MCP_UNREACHABLE
 
 REWARDS = Path(__file__).resolve().parent / "areal_rewards.py"
 GSM8K_ROW = {"question": QUESTION, "answer": "2 + 3 = 5\n#### 5"}

@@ -434,3 +434,248 @@ async def test_run_groups_gives_each_group_its_own_ids(tok, observed) -> None:
 def test_extras_must_be_plain_json() -> None:
     with pytest.raises(Exception, match="plain JSON"):
         RolloutContext(extras={"handle": object()})
+
+
+# -- what moved out of the backends: rendezvous, step recorder, worker cache, records ---------------
+
+def _member(i: int, reward: float | None) -> Episode:
+    episode = Episode(id=f"e{i}", task_id="s", agent_id="a")
+    episode.training = TrainingView(prompt_ids=[1], response_ids=[2], response_mask=[1], response_logprobs=[-0.1],
+                                    response_versions=[0])
+    episode.reward = reward
+    episode.finish(EpisodeStatus.SUCCESS if reward is not None else EpisodeStatus.FAILED, None if reward is not None
+                   else "it broke")
+    return episode
+
+
+async def test_members_started_together_form_one_group_and_a_late_one_its_own() -> None:
+    from aworld_core.worker import Rendezvous, group_decider
+
+    rendezvous, members = Rendezvous(), []
+    decide = group_decider(GroupPolicy(), scored=True)
+
+    async def member(reward: float | None, delay: float) -> list[float | None]:
+        me = rendezvous.join("uid-1", decide)  # before the first await, as verl's AworldAgentLoop.run does
+        members.append(me)
+        await asyncio.sleep(delay)
+        return (await me.finish(_member(me.index, reward), sample())).neutral_rewards()
+
+    # created in one synchronous stretch, as verl's _run_prompt creates a prompt's sessions
+    tasks = [asyncio.ensure_future(member(r, d)) for r, d in ((1.0, 0.02), (None, 0.0), (0.0, 0.01))]
+    results = await asyncio.gather(*tasks)
+    assert [m.index for m in members] == [0, 1, 2] and len({id(m.group) for m in members}) == 1
+    assert results == [[1.0, 0.5, 0.0]] * 3  # the failed member: the survivors' mean
+    assert rendezvous.open_groups() == 0
+    late = await member(1.0, 0.0)  # joins after the group closed: a group of its own
+    assert late == [1.0] and members[-1].group is not members[0].group
+
+
+async def test_a_member_that_raises_drops_its_group() -> None:
+    from aworld_core.worker import Rendezvous, group_decider
+
+    rendezvous = Rendezvous()
+    decide = group_decider(GroupPolicy(), scored=True)
+
+    async def member(i: int) -> object:
+        me = rendezvous.join("uid-2", decide)
+        try:
+            await asyncio.sleep(0.01)
+            if i == 1:
+                raise RuntimeError("the loop broke")
+            return await me.finish(_member(i, 1.0), sample())
+        except BaseException as exc:
+            me.leave(exc)
+            raise
+
+    results = await asyncio.gather(*[member(i) for i in range(3)], return_exceptions=True)
+    assert isinstance(results[1], RuntimeError)
+    for group in (results[0], results[2]):
+        assert group.dropped and "drop_group" in group.dropped
+        assert "the agent loop raised RuntimeError: the loop broke" in group.episodes[1].error
+        assert group.trained() == [False, False, False]
+
+
+@pytest.mark.parametrize("n", [1, 4])
+async def test_a_group_closes_one_loop_turn_after_its_first_member(n) -> None:
+    from aworld_core.worker import Rendezvous, group_decider
+
+    rendezvous = Rendezvous()
+    decide = group_decider(GroupPolicy(), scored=True)
+    first = rendezvous.join("u", decide)
+    for _ in range(n - 1):
+        rendezvous.join("u", decide)
+    assert rendezvous.open_groups() == 1 and first.group.open
+    await asyncio.sleep(0)
+    assert rendezvous.open_groups() == 0 and not first.group.open and first.group.members == n
+
+
+def test_group_decider_without_scoring_drops_a_group_with_a_failed_member() -> None:
+    from aworld_core.worker import group_decider
+
+    decide = group_decider(GroupPolicy(), scored=False)
+    failed = decide("g", sample(), [_member(0, None), _member(1, None)], False)
+    assert failed.dropped and failed.neutral_rewards() == [0.0, 0.0]  # identical rewards: no advantage
+    later = [_member(0, 1.0), _member(1, 1.0)]
+    for e in later:
+        e.reward = None  # the framework's reward manager scores them
+    assert decide("g", sample(), later, False).neutral_rewards() == [None, None]
+    left = group_decider(GroupPolicy(), scored=True)("g", sample(), [_member(0, 1.0), _member(1, None)], True)
+    assert left.dropped and "drop_group" in left.dropped  # a member that left: the group cannot stay whole
+
+
+def test_step_recorder_counts_logs_and_stops_after_all_failed_steps(caplog) -> None:
+    import logging
+
+    from aworld_core.worker import StepRecorder, apply_group_policy
+    from aworld_core.worker.outcomes import MCP_UNREACHABLE, UNTRAINED
+
+    log = logging.getLogger("kit-recorder-test")
+    recorder = StepRecorder(log, max_failed_steps=2, groups_per_step=2, summary_every=3, label="test worker")
+    ok = apply_group_policy("g0", sample(), [_member(0, 1.0), _member(1, None)], GroupPolicy())
+    with caplog.at_level("INFO", logger="kit-recorder-test"):
+        assert recorder.group(ok) == {"failed": 1}
+    assert recorder.trained == 1 and recorder.untrained == {"failed": 1} and recorder.groups_dropped == 0
+    assert recorder.recent[-1] == ("failed", "e1", "it broke")
+    assert "episode e1 (task s) not trained, failed: it broke" in caplog.text
+
+    down = _member(2, None)
+    down.error = "MCPConnectionError: the server is down"
+    refused = _member(3, None)
+    refused.metadata[UNTRAINED] = "truncated"  # a scorer's own reason (it failed the episode)
+    dead = apply_group_policy("g1", sample(), [down, refused], GroupPolicy())
+    with caplog.at_level("INFO", logger="kit-recorder-test"):
+        assert recorder.group(dead) == {MCP_UNREACHABLE: 1, "truncated": 1}
+        assert recorder.group(dead, step=False) == {MCP_UNREACHABLE: 1, "truncated": 1}  # evaluation: no step
+    assert recorder.groups_dropped == 2 and recorder.stopped is None  # step 1 (g0 + g1) trained one episode
+    assert "test worker episodes: episodes 3" in caplog.text  # the summary every 3 episodes
+    recorder.group(dead)
+    assert recorder.stopped is None and recorder.failed_steps.consecutive == 0  # a step is 2 groups
+    recorder.group(dead)
+    assert recorder.stopped is None and recorder.failed_steps.consecutive == 1
+    recorder.group(dead), recorder.group(dead)
+    assert isinstance(recorder.stopped, AworldError) and "2 consecutive" in str(recorder.stopped)
+    assert "MCPConnectionError: the server is down" in str(recorder.stopped)
+    recorder.add("truncated_views", 2)
+    assert recorder.snapshot()["truncated_views"] == 2 and recorder.snapshot()["episodes"] == 14
+
+
+def test_describe_says_why_in_words() -> None:
+    from aworld_core.worker import describe
+
+    assert describe(_member(0, None)) == "the episode failed: it broke"
+    scored = _member(1, 1.0)
+    scored.reward_errors = {"gsm8k": "boom"}
+    assert describe(scored) == "its reward failed (gsm8k: boom)"
+    assert describe(_member(2, 1.0), "no_sampled_tokens") == "no sampled tokens"
+
+
+def test_worker_cache_shares_one_state_per_job_and_closes_once(tmp_path, monkeypatch) -> None:
+    import atexit
+
+    from aworld_core.worker import WorkerCache
+
+    registered: list = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    closed: list = []
+    cache = WorkerCache(close=closed.append)
+    builds: list = []
+    data = {"name": "cached", "train_dataset": {"path": "data.jsonl"}}
+    text = json.dumps(data)
+
+    def build(job):
+        builds.append(job)
+        return {"job": job.name}
+
+    first = cache.for_job(text, "opts", build)
+    assert cache.for_job(text, "opts", build) is first  # the same text: no parse, no build
+    assert cache.for_job(data, "opts", build) is first  # the same job as a dict
+    assert cache.for_job(text, "other", build) is not first and len(builds) == 2
+    assert registered == [cache.close]  # registered with atexit once, on the first state
+    stale = cache.get("k", lambda: {"v": 1})
+    assert cache.get("k", lambda: {"v": 2}, valid=lambda s: s["v"] == 2) is not stale  # rebuilt when stale
+    assert cache.pop(lambda key, _s: key == "k") == [{"v": 2}]
+    cache.close()
+    assert cache.states() == [] and len(closed) == 2 and cache.for_job(text, "opts", build) is not first
+
+
+def test_shared_tokenizer_loads_a_directory_once() -> None:
+    from aworld_core.worker import shared_tokenizer
+
+    directory = get_tiny_model_dir()
+    assert shared_tokenizer(directory) is shared_tokenizer(str(directory))
+    marker = object()
+    assert shared_tokenizer(marker) is marker
+
+
+def test_token_client_defaults_pad_ids_and_agent_checks(tmp_path) -> None:
+    from aworld_core.config import load_job_config
+    from aworld_core.worker import pad_id_of
+    from aworld_core.worker.build import agent_from_ref, check_agent, load_job, tool_parser_of
+
+    assert tool_parser_of(None, framework_format="qwen3_coder") == "qwen3_coder"
+    assert tool_parser_of(None, "llama3_json", framework_format="gpt-oss") == "llama3_json"  # given: wins
+    with pytest.raises(UsageError, match=r"'gpt-oss' has no AWorld tool parser.*'tool_parser' in the YAML"):
+        tool_parser_of(None, framework_format="gpt-oss", setting="'tool_parser' in the YAML")
+    job = load_job_config(data={"name": "j", "train_dataset": {"path": "d.jsonl"}, "model": {"path": "m",
+                                                                                            "tool_parser": "mistral"}})
+    assert tool_parser_of(job, framework_format="gpt-oss") == "mistral"  # the job's model section first
+
+    class Tok:
+        pad_token_id, eos_token_id = None, 7
+
+    assert pad_id_of(Tok()) == 7 and pad_id_of(object()) == 0
+    with pytest.raises(UsageError, match=r"my_loop.build_agents\(\) returned dict; it must return"):
+        check_agent({}, "my_loop.build_agents()")
+    (tmp_path / "agents_mod.py").write_text(
+        "from aworld_core import Agent, AgentConfig\n"
+        "def make():\n    return Agent('made', conf=AgentConfig(llm_base_url='http://127.0.0.1:9/v1', "
+        "llm_model_name='m'))\n")
+    assert agent_from_ref("agents_mod.py:make", str(tmp_path)).name == "made"
+    with pytest.raises(UsageError, match=r"does not exist \(job_config_path in the YAML\)"):
+        load_job(str(tmp_path / "missing.yaml"), setting="job_config_path in the YAML")
+
+
+def test_group_policy_from_job_with_a_framework_override() -> None:
+    assert GroupPolicy.from_job(None) == GroupPolicy()
+    assert GroupPolicy.from_job(None, failed_episodes="drop_group") == GroupPolicy("drop_group")
+    job = _as_worker_gets_it({"rollout": {"failed_episodes": "drop_group", "max_failed_steps": 5}})
+    assert GroupPolicy.from_job(job) == GroupPolicy("drop_group", 5)
+    assert GroupPolicy.from_job(job, failed_episodes="keep_group_neutral") == GroupPolicy("keep_group_neutral", 5)
+
+
+def test_outcome_records_merge_into_the_steps_metrics() -> None:
+    from aworld_core.worker import apply_group_policy
+    from aworld_core.worker.records import (
+        first_record_error,
+        mask_of_runs,
+        mask_runs,
+        merge_step_metrics,
+        outcome_record,
+        tool_counts,
+        trained_records,
+    )
+
+    group = apply_group_policy("g", sample(), [_member(0, 1.0), _member(1, None)], GroupPolicy())
+    records = [outcome_record(e, neutral=not t) for e, t in zip(group.episodes, group.trained(), strict=True)]
+    assert json.loads(json.dumps(records)) == records  # plain JSON: it crosses processes
+    assert records[1]["untrained"] == "failed" and records[1]["error"] == "it broke" and records[1]["group"] == "g"
+    merged = merge_step_metrics(records)
+    whole = step_metrics(group.episodes)
+    assert {k: merged[k] for k in whole} == pytest.approx(whole)  # the kit's step_metrics of the whole step
+    assert merged["aworld/groups"] == 1 and merged["aworld/placeholders"] == 1
+    assert trained_records(records) == 1 and first_record_error(records) == "episode e1: it broke"
+    assert first_record_error([{"episode": "x", "untrained": "no_reward"}]) == "episode x: no_reward"
+    assert tool_counts(group.episodes[0]) == {"llm_calls": 0, "tool_calls": 0, "tool_results": 0, "tool_errors": 0}
+    assert mask_runs([0, 0, 1, 1, 1, 0]) == [[0, 2], [1, 3], [0, 1]]
+    assert mask_of_runs(mask_runs([1, 0, 0, 1])) == [1, 0, 0, 1]
+
+
+async def test_a_failed_episode_made_outside_run_drops_its_sessions(tok, observed) -> None:
+    pm, _ = observed
+    llm = TokenLLM(ScriptedTokenEngine([ids(tok, ANSWER)]), tok, chat_template=load_template("qwen2_5"))
+    await llm.chat([{"role": "user", "content": "hi"}], session_id="ep-x")
+    assert llm.session_ids() == ["ep-x"]
+    runner = EpisodeRunner(agent(), llm, manager=pm)
+    episode = runner.failed(sample(), RolloutContext(episode_id="ep-x"), EpisodeStatus.CANCELLED, "ended outside")
+    assert episode.status is EpisodeStatus.CANCELLED and episode.error == "ended outside"
+    assert llm.session_ids() == [] and episode.training is None

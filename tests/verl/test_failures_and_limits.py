@@ -64,7 +64,7 @@ async def test_a_timed_out_episode_holds_a_masked_row_and_its_session_is_dropped
     from aworld_verl.worker_state import _states
 
     assert episode_counts().get("timeout", 0) >= 1
-    (state,) = [s for s in _states.values() if s.engine.server_manager is server]
+    (state,) = [s for s in _states.states() if s.engine.server_manager is server]
     assert state.llm.session_ids() == []  # the timed-out session was dropped, not kept
 
 

@@ -50,7 +50,7 @@ async def test_seed_style_subclass_and_the_gateway(make_worker, verl_tokenizer, 
     # sampled by verl's server, and its tokens are recorded in the session it names
     from aworld_verl.worker_state import _states
 
-    (state,) = [s for s in _states.values() if s.engine.server_manager is server]
+    (state,) = [s for s in _states.states() if s.engine.server_manager is server]
     base_url = state.gateway.base_url
     assert base_url.startswith("http://127.0.0.1:") and base_url.endswith("/v1")
     body = {"model": state.model_name, "messages": [{"role": "user", "content": "Again?"}], "temperature": 0.5}

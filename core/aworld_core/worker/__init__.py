@@ -9,7 +9,10 @@ ms-swift scheduler, the task service) does the same things in the same order:
 3. ``EpisodeRunner``: episodes or GRPO groups through the ``rollout`` hook, every failure
    recorded, scored, the group policy applied, ``on_episode_end`` once;
 4. ``views_to_batch`` / ``group_advantages``: training views to the tensors of a step;
-5. ``FailedSteps`` / ``step_metrics``: per-step failure counts, and a stop after N all-failed steps.
+5. ``FailedSteps`` / ``step_metrics`` / ``StepRecorder``: per-step failure counts, the reasons
+   and their log lines, and a stop after N all-failed steps;
+6. ``WorkerCache`` / ``Rendezvous``: per-process state keyed by the job, and GRPO groups for
+   frameworks that run one member per call.
 
 See docs/writing-a-plugin.md ("The worker half").
 """
@@ -25,6 +28,14 @@ _EXPORTS: dict[str, str] = {
     "chat_template_of": "aworld_core.worker.build",
     "tool_parser_of": "aworld_core.worker.build",
     "job_key": "aworld_core.worker.build",
+    "pad_id_of": "aworld_core.worker.build",
+    "WorkerCache": "aworld_core.worker.cache",
+    "shared_tokenizer": "aworld_core.worker.cache",
+    "StepRecorder": "aworld_core.worker.outcomes",
+    "outcome_reason": "aworld_core.worker.outcomes",
+    "describe": "aworld_core.worker.outcomes",
+    "Rendezvous": "aworld_core.worker.rendezvous",
+    "group_decider": "aworld_core.worker.rendezvous",
     "EpisodeRunner": "aworld_core.worker.episodes",
     "EpisodeGroup": "aworld_core.worker.episodes",
     "apply_group_policy": "aworld_core.worker.episodes",
@@ -35,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "is_trainable": "aworld_core.worker.policy",
     "step_metrics": "aworld_core.worker.policy",
     "first_error": "aworld_core.worker.policy",
+    "error_of": "aworld_core.worker.policy",
     "views_to_batch": "aworld_core.worker.batch",
     "group_advantages": "aworld_core.worker.batch",
     "token_logprobs": "aworld_core.worker.batch",

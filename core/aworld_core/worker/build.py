@@ -23,12 +23,22 @@ _jobs: dict[tuple[str, float], JobConfig] = {}
 _agents: dict[tuple[int, str], Any] = {}
 
 
-def load_job(job: str | Path | dict[str, Any] | JobConfig) -> JobConfig:
+def load_job(job: str | Path | dict[str, Any] | JobConfig, *, setting: str | None = None) -> JobConfig:
     """The job a worker was handed: a ``JobConfig``, a dict, JSON text or a config file path.
 
     A file is read once per process (per modification time); its directory goes on ``sys.path``
     so ``module:function`` references written beside it import in workers started elsewhere.
+    ``setting`` names where the framework's config gave the job, for the error when it is bad.
     """
+    try:
+        return _load_job(job)
+    except UsageError as exc:
+        if setting is None:
+            raise
+        raise UsageError(f"{exc} ({setting})") from None
+
+
+def _load_job(job: str | Path | dict[str, Any] | JobConfig) -> JobConfig:
     if isinstance(job, JobConfig):
         return job
     if isinstance(job, dict):
@@ -62,7 +72,6 @@ def build_agent(job: JobConfig, *, settings: Any = None, manager: Any = None, ca
 
     Raises ``UsageError`` when no plugin builds one or the answer is not an Agent/Swarm.
     """
-    from aworld_core.agents import Agent, Swarm
     from aworld_core.plugins import get_plugin_manager
 
     manager = manager or get_plugin_manager()
@@ -82,11 +91,7 @@ def build_agent(job: JobConfig, *, settings: Any = None, manager: Any = None, ca
             "no plugin built an agent for the job: set 'agent' in the job (its fields, or "
             "'factory: module:function' returning an Agent or Swarm)"
         )
-    if not isinstance(agent, (Agent, Swarm)):
-        raise UsageError(
-            f"the build_agents hook returned {type(agent).__name__}; it must return an aworld_core.Agent "
-            f"or aworld_core.Swarm"
-        )
+    check_agent(agent, "the build_agents hook")
     if cache:
         with _lock:
             agent = _agents.setdefault(key, agent)
@@ -107,13 +112,53 @@ def chat_template_of(job: JobConfig | None, chat_template: str | None = None) ->
     return job.resolve_path(template) if job is not None else template
 
 
-def tool_parser_of(job: JobConfig | None, tool_parser: Any = None) -> Any:
-    """``tool_parser``, else the job's ``model.tool_parser``, else ``hermes``."""
+def tool_parser_of(
+    job: JobConfig | None, tool_parser: Any = None, *, framework_format: str | None = None, setting: str = "tool_parser"
+) -> Any:
+    """``tool_parser``, else the job's ``model.tool_parser``, else the framework's own tool-call
+    format (``framework_format``, e.g. verl's ``multi_turn.format``) when the core has a parser of
+    that name, else ``hermes``. A framework format the core does not know is a ``UsageError``
+    naming ``setting`` (where to choose a parser instead)."""
     if tool_parser is not None:
         return tool_parser
     if job is not None and job.model is not None:
         return job.model.tool_parser
-    return "hermes"
+    if framework_format is None:
+        return "hermes"
+    from aworld_core.tokens.parsers import available_tool_parsers
+
+    if framework_format not in available_tool_parsers():
+        raise UsageError(
+            f"the framework's tool-call format {framework_format!r} has no AWorld tool parser of the same name; "
+            f"give {setting} (e.g. hermes, llama3_json, qwen3_coder or 'module:Class')"
+        )
+    return framework_format
+
+
+def check_agent(agent: Any, source: str) -> Any:
+    """``agent`` when it is an ``Agent`` or ``Swarm``; else a ``UsageError`` naming ``source``."""
+    from aworld_core.agents import Agent, Swarm
+
+    if not isinstance(agent, (Agent, Swarm)):
+        raise UsageError(f"{source} returned {type(agent).__name__}; it must return an aworld_core.Agent or "
+                         f"aworld_core.Swarm")
+    return agent
+
+
+def agent_from_ref(ref: str, base_dir: str | None = None) -> Any:
+    """The agent an import reference names: an ``Agent``/``Swarm`` object, or a function
+    returning one (called)."""
+    from aworld_core.agents import Agent, Swarm
+    from aworld_core.imports import import_ref
+
+    target = import_ref(ref, base_dir)
+    return target if isinstance(target, (Agent, Swarm)) or not callable(target) else target()
+
+
+def pad_id_of(tokenizer: Any) -> int:
+    """The id a placeholder or padding row uses: the tokenizer's pad token, else ``eos``, else 0."""
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return int(pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0))
 
 
 def build_token_llm(

@@ -83,6 +83,15 @@ class EpisodeGroup:
             fill = sum(kept) / len(kept) if kept else 0.0
         return [float(e.reward) if t and e.reward is not None else fill for e, t in zip(self.episodes, trained, strict=True)]
 
+    def neutral_rewards(self) -> list[float | None]:
+        """Each member's reward for a framework that normalizes over every member it is given
+        (placeholders included): a trained member's own reward (``None`` when the framework scores
+        it: ``needs_reward`` false), an untrained member's neutral value (the mean reward of the
+        members that train; 0.0 for every member of a dropped group, or without scoring here)."""
+        if not self.needs_reward:
+            return [None if t else 0.0 for t in self.trained()]
+        return [float(r) if r is not None else 0.0 for r in self.rewards("mean")]
+
 
 async def notify_episode_end(episode: Episode, manager: Any = None) -> list[str]:
     """Call ``on_episode_end`` of every plugin once. An observer that fails is logged and recorded
@@ -244,7 +253,7 @@ class EpisodeRunner:
                     self.manager.hook.rollout(agent=self.agent, sample=sample, llm=self.llm, context=ctx)
                 )
         except EpisodeInputError as exc:  # this episode's data, not the configuration
-            return self._failed(sample, ctx, EpisodeStatus.FAILED, f"{type(exc).__name__}: {exc}")
+            return self.failed(sample, ctx, EpisodeStatus.FAILED, f"{type(exc).__name__}: {exc}")
         except UsageError:
             self._drop_sessions(episode_id)
             raise
@@ -254,24 +263,24 @@ class EpisodeRunner:
             if task is not None and task.cancelling():
                 raise  # the caller's cancellation
             partial = getattr(cancelled, "episode", None)
-            episode = partial if isinstance(partial, Episode) else self._failed(sample, ctx, EpisodeStatus.CANCELLED,
+            episode = partial if isinstance(partial, Episode) else self.failed(sample, ctx, EpisodeStatus.CANCELLED,
                                                                                "the episode was cancelled")
             return episode
         except TimeoutError:
             if not deadline.expired():
-                return self._failed(sample, ctx, EpisodeStatus.FAILED, "TimeoutError raised by the rollout")
-            return self._failed(
+                return self.failed(sample, ctx, EpisodeStatus.FAILED, "TimeoutError raised by the rollout")
+            return self.failed(
                 sample, ctx, EpisodeStatus.TIMEOUT,
                 f"the rollout did not finish within its {ctx.timeout:g} s timeout (+{DEADLINE_GRACE_S:g} s grace)",
             )
         except Exception as exc:  # an MCP server that is down, a plugin that raised: recorded
             logger.warning("episode %s raised %s: %s", episode_id, type(exc).__name__, exc)
-            return self._failed(sample, ctx, EpisodeStatus.FAILED, f"{type(exc).__name__}: {exc}")
+            return self.failed(sample, ctx, EpisodeStatus.FAILED, f"{type(exc).__name__}: {exc}")
         if answer is None:
-            return self._failed(sample, ctx, EpisodeStatus.FAILED,
+            return self.failed(sample, ctx, EpisodeStatus.FAILED,
                                 "no plugin answered the rollout hook (is aworld-core's built-in plugin disabled?)")
         if not isinstance(answer, Episode):
-            return self._failed(sample, ctx, EpisodeStatus.FAILED,
+            return self.failed(sample, ctx, EpisodeStatus.FAILED,
                                 f"the rollout hook returned {type(answer).__name__}, expected an Episode")
         if answer.status is EpisodeStatus.RUNNING:
             answer.finish(EpisodeStatus.FAILED, "the rollout hook returned an episode that is still running")
@@ -287,7 +296,9 @@ class EpisodeRunner:
             answer.metadata.setdefault(key, value)
         return answer
 
-    def _failed(self, sample: Sample, ctx: RolloutContext, status: EpisodeStatus, error: str) -> Episode:
+    def failed(self, sample: Sample, ctx: RolloutContext, status: EpisodeStatus, error: str) -> Episode:
+        """A finished episode that failed with ``error`` (for a backend that ends one outside
+        :meth:`run`): the token sessions of ``ctx.episode_id`` dropped, nothing trains."""
         self._drop_sessions(ctx.episode_id or "")
         episode = Episode(
             id=ctx.episode_id or new_id("ep-"),

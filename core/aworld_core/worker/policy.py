@@ -56,10 +56,13 @@ class GroupPolicy:
             raise AworldError(f"max_failed_steps must be >= 1, got {self.max_failed_steps}")
 
     @classmethod
-    def from_job(cls, job: Any) -> GroupPolicy:
-        """The policy a job's ``rollout`` section sets."""
-        rollout = job.rollout
-        return cls(failed_episodes=rollout.failed_episodes, max_failed_steps=rollout.max_failed_steps)
+    def from_job(cls, job: Any, *, failed_episodes: str | None = None) -> GroupPolicy:
+        """The policy a job's ``rollout`` section sets (``None``: the defaults); ``failed_episodes``
+        overrides the job's (a framework-side option)."""
+        policy = cls() if job is None else cls(job.rollout.failed_episodes, job.rollout.max_failed_steps)
+        if failed_episodes is None:
+            return policy
+        return cls(failed_episodes, policy.max_failed_steps)  # type: ignore[arg-type]
 
 
 def untrainable_reason(episode: Episode, *, needs_reward: bool = True) -> str | None:
@@ -83,13 +86,19 @@ def is_trainable(episode: Episode, *, needs_reward: bool = True) -> bool:
     return untrainable_reason(episode, needs_reward=needs_reward) is None
 
 
+def error_of(episode: Episode) -> str | None:
+    """The episode's recorded error, else its reward errors (``reward <name>: <why>; ...``)."""
+    if episode.error:
+        return episode.error
+    return "; ".join(f"reward {k}: {v}" for k, v in episode.reward_errors.items()) or None
+
+
 def first_error(episodes: Sequence[Episode]) -> str:
     """The first recorded cause among ``episodes`` (an error, a reward error, or a reason)."""
     for episode in episodes:
-        if episode.error:
-            return f"episode {episode.id}: {episode.error}"
-        if episode.reward_errors:
-            return f"episode {episode.id}: " + "; ".join(f"reward {k}: {v}" for k, v in episode.reward_errors.items())
+        error = error_of(episode)
+        if error:
+            return f"episode {episode.id}: {error}"
     for episode in episodes:
         reason = untrainable_reason(episode)
         if reason is not None:

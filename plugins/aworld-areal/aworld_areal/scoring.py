@@ -26,11 +26,11 @@ from aworld_core.config import RewardSection
 from aworld_core.errors import UsageError
 from aworld_core.rewards.registry import RewardStats, get_reward_stats, score_episode, validate_reward_value
 from aworld_core.schemas import Episode, EpisodeStatus, Sample
+from aworld_core.worker.outcomes import UNTRAINED
 
 # metadata keys the scorer writes on an episode
 UNDISCOUNTED = "reward_undiscounted"
 TRUNCATED = "truncated"  # why a successful episode is not trained (workflow.reject_truncated)
-UNTRAINED = "aworld_areal_untrained"
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()

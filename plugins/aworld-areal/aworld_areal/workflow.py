@@ -18,8 +18,9 @@ workflow wrapped anyway refuses with a ``UsageError``.
 
 **Everything costly is built once per process.** AReaL constructs the workflow from its import
 path and kwargs for every submitted prompt (``RemoteInfEngine._resolve_workflow``), so an instance
-is a handle on a :class:`WorkflowState` cached per job and options: the job, tokenizer, agent, one
-``TokenLLM``/``EpisodeRunner`` per engine, one gateway per event loop and engine, the counters.
+is a handle on a :class:`WorkflowState` cached per job and options (the kit's ``WorkerCache``): the
+job, tokenizer (the kit's ``shared_tokenizer``), agent, one ``TokenLLM``/``EpisodeRunner`` per
+engine, one gateway per event loop and engine, the counters (the kit's ``StepRecorder``).
 :func:`close_workflow_states` (also run at exit) stops the gateways and the reward processes.
 
 **``rollout.max_failed_steps`` stops AReaL's rollouts, not just this workflow.** AReaL 1.0.4 turns
@@ -35,8 +36,6 @@ catches its workers' RPC errors, so there only the rollout worker stops (docs/ba
 from __future__ import annotations
 
 import asyncio
-import atexit
-import collections
 import json
 import sys
 import threading
@@ -50,36 +49,35 @@ from areal.utils import logging as areal_logging
 from aworld_areal.data import sample_from_row
 from aworld_areal.engine import ArealTokenEngine, as_gconfig
 from aworld_areal.openai_agent import Gateways, OpenAIAgent
-from aworld_areal.scoring import TRUNCATED, UNTRAINED, RewardScorer, shutdown_pools
+from aworld_areal.scoring import TRUNCATED, RewardScorer, shutdown_pools
 from aworld_areal.tensors import group_tensors
 from aworld_core.config import JobConfig
-from aworld_core.errors import AworldError, UsageError
+from aworld_core.errors import UsageError
 from aworld_core.schemas import Episode, RolloutContext
 from aworld_core.worker import (
     EpisodeGroup,
     EpisodeRunner,
-    FailedSteps,
     GroupPolicy,
+    StepRecorder,
+    WorkerCache,
     build_agent,
     build_token_llm,
-    job_key,
-    load_job,
+    pad_id_of,
+    shared_tokenizer,
     step_metrics,
-    untrainable_reason,
 )
-from aworld_core.worker.policy import GROUP_DROPPED, NO_REWARD, NO_TOKENS, REWARD_FAILED
+from aworld_core.worker.outcomes import REASONS as KIT_REASONS
 
 # AReaL's logger: its getLogger resets the root logger, so a stdlib logger made before would be
 # orphaned; this one also reaches AReaL's log files
 logger = areal_logging.getLogger("AworldWorkflow")
 
-MCP_UNREACHABLE = "mcp_unreachable"
 # how long the group that stopped AReaL waits before raising: AReaL's consumer thread (polling every
 # 50 ms) sees the stop and exits first, so this group's rejection is never collected and the caller's
 # wait raises instead of returning it (destroying the engine cancels the wait)
 STOP_GRACE_S = 30.0
-# why a member did not train: the kit's reasons, refined (counted per step in AReaL's stats)
-REASONS = ("failed", "timeout", "cancelled", NO_TOKENS, REWARD_FAILED, NO_REWARD, GROUP_DROPPED, TRUNCATED, MCP_UNREACHABLE)
+# why a member did not train: the kit's reasons and the scorer's (counted per step in AReaL's stats)
+REASONS = (*KIT_REASONS, TRUNCATED)
 WRAPPED = (
     "AworldWorkflow runs each prompt's GRPO group itself (gconfig.n_samples members), but AReaL called it "
     "several times for the same prompt at once: it was submitted with group_size > 1, which would run "
@@ -117,13 +115,12 @@ class WorkflowState:
             raise UsageError(f"groups_per_step must be >= 1, got {options.groups_per_step}")
         self.job = job
         self.options = options
-        self.tokenizer = _tokenizer(tokenizer)
+        self.tokenizer = shared_tokenizer(tokenizer)
         g = as_gconfig(gconfig).new_with_stop_and_pad_token_ids(self.tokenizer)
         g.stop_token_ids = [i for i in g.stop_token_ids if i is not None]  # a tokenizer without pad
         self.gconfig = g  # with the tokenizer's eos and pad ids as stop ids, as AReaL's workflows do
         self.group_size = int(g.n_samples)
-        pad = getattr(self.tokenizer, "pad_token_id", None)
-        self.pad_id = int(pad if pad is not None else (getattr(self.tokenizer, "eos_token_id", None) or 0))
+        self.pad_id = pad_id_of(self.tokenizer)
         self.policy = GroupPolicy.from_job(job)
         self.scorer = RewardScorer(
             job.reward, base_dir=job.base_dir, processes=options.reward_processes, timeout_s=options.reward_timeout_s,
@@ -135,19 +132,21 @@ class WorkflowState:
             self.agent: Any = OpenAIAgent.load(options.openai_agent, job.base_dir, self.gateways)
         else:
             self.agent = build_agent(job)
-        self.accepted = 0  # members trained
-        self.rejected: collections.Counter[str] = collections.Counter()  # members not trained, by reason
-        self.groups_dropped = 0
-        # the latest rejections (reason, episode id, why), for debugging a run that keeps rejecting
-        self.recent_rejections: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=32)
-        self.failed_steps = FailedSteps(self.policy.max_failed_steps)
-        self.stopped: AworldError | None = None
+        # tallies, a log line per untrained member, and the all-failed stop over groups_per_step groups
+        self.outcomes = StepRecorder(logger, max_failed_steps=self.policy.max_failed_steps,
+                                     groups_per_step=options.groups_per_step)
         self._halted: dict[int, bool] = {}  # id(engine) -> whether stop_areal stopped it
-        self._step: list[Episode] = []
-        self._step_groups = 0
         self._warned_extra = False
         self._lock = threading.Lock()
         self._runners: dict[int, tuple[Any, EpisodeRunner]] = {}
+
+    # the counters (process-wide): members trained, members not trained by reason, the latest of
+    # those (reason, episode id, why), groups dropped, the kit's error once the all-failed stop tripped
+    accepted = property(lambda self: self.outcomes.trained)
+    rejected = property(lambda self: self.outcomes.untrained)
+    recent_rejections = property(lambda self: self.outcomes.recent)
+    groups_dropped = property(lambda self: self.outcomes.groups_dropped)
+    stopped = property(lambda self: self.outcomes.stopped)
 
     # -- per engine, per loop -----------------------------------------------------------------
 
@@ -203,16 +202,6 @@ class WorkflowState:
             await asyncio.sleep(STOP_GRACE_S)
         raise self.stopped
 
-    def _reason(self, episode: Episode) -> str | None:
-        reason = untrainable_reason(episode)
-        if reason is None or reason == GROUP_DROPPED:
-            return reason
-        if episode.metadata.get(UNTRAINED):
-            return str(episode.metadata[UNTRAINED])
-        if (episode.error or "").startswith("MCPConnectionError"):
-            return MCP_UNREACHABLE
-        return reason
-
     def _record(self, group: EpisodeGroup) -> None:
         """Counters, logs and AReaL's stats for a finished group; the failed-steps stop."""
         import torch
@@ -221,22 +210,12 @@ class WorkflowState:
         from areal.utils.stats_tracker import ReduceType
 
         tracker = stats_tracker.get(workflow_context.stat_scope())
-        counts = dict.fromkeys(REASONS, 0)
-        for episode in group.episodes:
-            reason = self._reason(episode)
-            if reason is None:
+        context = workflow_context.get()
+        reasons = self.outcomes.group(group, step=not context.is_eval)  # counted, logged, the stop
+        for episode, trained in zip(group.episodes, group.trained(), strict=True):
+            if trained:
                 self._record_trained(tracker, episode)
-                continue
-            counts[reason] = counts.get(reason, 0) + 1
-            self.rejected[reason] += 1
-            detail = episode.error or "; ".join(f"{k}: {v}" for k, v in episode.reward_errors.items())
-            detail = detail or group.dropped or episode.status.value
-            self.recent_rejections.append((reason, episode.id, detail))
-            log = logger.error if reason == MCP_UNREACHABLE else logger.warning
-            log("episode %s (task %s) not trained, %s: %s", episode.id, episode.task_id, reason, detail)
-        if group.dropped is not None:
-            self.groups_dropped += 1
-            logger.warning("group %s (task %s) dropped: %s", group.group_id, group.sample.id, group.dropped)
+        counts = {**dict.fromkeys(REASONS, 0), **reasons}
         tracker.scalar(**{"aworld/accepted": float(group.dropped is None)})
         tracker.scalar(**{k: v for k, v in step_metrics(group.episodes).items()
                           if k != "aworld/episodes" and not k.startswith("aworld/untrained/")})
@@ -246,13 +225,10 @@ class WorkflowState:
         sums.update({f"aworld/untrained/{k}": v for k, v in counts.items()})
         tracker.stat(denominator="aworld/groups", reduce_type=ReduceType.SUM,
                      **{k: torch.tensor([float(v)]) for k, v in sums.items()})
-        if self.options.groups_per_step is not None and not workflow_context.get().is_eval:
-            self._count_step(group)
 
     def _record_trained(self, tracker: Any, episode: Episode) -> None:
         view = episode.training
         assert view is not None and episode.reward is not None
-        self.accepted += 1
         extra = len(episode.metadata.get("extra_training") or [])
         if extra and not self._warned_extra:
             # a swarm whose members are trained too: one row per episode keeps GRPO groups intact
@@ -268,20 +244,6 @@ class WorkflowState:
             "aworld/seq_len": float(len(view.prompt_ids) + len(view.response_ids)),
             "aworld/extra_sessions_dropped": float(extra),
         })
-
-    def _count_step(self, group: EpisodeGroup) -> None:
-        """``rollout.max_failed_steps``: a step is ``groups_per_step`` finished groups (the train batch)."""
-        self._step.extend(group.episodes)
-        self._step_groups += 1
-        assert self.options.groups_per_step is not None
-        if self._step_groups < self.options.groups_per_step:
-            return
-        episodes, self._step, self._step_groups = self._step, [], 0
-        try:
-            self.failed_steps.step(episodes)
-        except AworldError as exc:
-            self.stopped = exc  # run_group stops AReaL with it and raises it
-            logger.error("stopping this worker's rollouts: %s", exc)
 
 
 def stop_areal(engine: Any, exc: BaseException) -> bool:
@@ -316,26 +278,6 @@ def stop_areal(engine: Any, exc: BaseException) -> bool:
     return True
 
 
-_STATES: dict[tuple[str, str], WorkflowState] = {}
-_BY_TEXT: dict[tuple[str, str], WorkflowState] = {}  # the job's JSON text as AReaL passes it: no re-parse
-_TOKENIZERS: dict[str, Any] = {}
-_STATES_LOCK = threading.RLock()
-_ATEXIT = False
-
-
-def _tokenizer(ref: Any) -> Any:
-    """A tokenizer object as is; a path loaded once per process."""
-    if not isinstance(ref, (str, Path)):
-        return ref
-    with _STATES_LOCK:
-        tokenizer = _TOKENIZERS.get(str(ref))
-        if tokenizer is None:
-            from aworld_core.tokens.llm import load_tokenizer
-
-            tokenizer = _TOKENIZERS[str(ref)] = load_tokenizer(ref)
-        return tokenizer
-
-
 def _require_areal_plugin() -> None:
     from aworld_areal import plugin
     from aworld_core.plugins import get_plugin_manager
@@ -358,41 +300,24 @@ def _options_key(gconfig: Any, tokenizer: Any, options: WorkflowOptions) -> str:
 def workflow_state(job: Any, gconfig: Any, tokenizer: Any, options: WorkflowOptions) -> WorkflowState:
     """The process's state for ``job`` (JSON text, dict, file path or ``JobConfig``) and options,
     built on first use (the job parsed, the tokenizer loaded, the agent built: once)."""
-    global _ATEXIT
-    opts = _options_key(gconfig, tokenizer, options)
-    text_key = (job, opts) if isinstance(job, str) and job.lstrip().startswith("{") else None  # not a path
-    with _STATES_LOCK:
-        if text_key is not None and text_key in _BY_TEXT:
-            return _BY_TEXT[text_key]
-        parsed = load_job(job)
-        key = (job_key(parsed), opts)
-        state = _STATES.get(key)
-        if state is None:
-            state = _STATES[key] = WorkflowState(parsed, gconfig, tokenizer, options)
-            if not _ATEXIT:
-                atexit.register(close_workflow_states)
-                _ATEXIT = True
-        if text_key is not None:
-            _BY_TEXT[text_key] = state
-        return state
+    return _STATES.for_job(job, _options_key(gconfig, tokenizer, options),
+                           lambda parsed: WorkflowState(parsed, gconfig, tokenizer, options))
 
 
 def workflow_states() -> list[WorkflowState]:
     """The states this process holds."""
-    with _STATES_LOCK:
-        return list(_STATES.values())
+    return _STATES.states()
 
 
 def close_workflow_states(timeout_s: float = 10.0) -> None:
     """Stop every state's gateways and the reward processes, and forget the states (the next
     workflow builds afresh). Registered with ``atexit``; call it when a rollout worker shuts down."""
-    with _STATES_LOCK:
-        states = list(_STATES.values())
-        _STATES.clear()
-        _BY_TEXT.clear()
-    for state in states:
+    for state in _STATES.pop(lambda _key, _state: True):
         state.close(timeout_s)
     shutdown_pools()
+
+
+_STATES: WorkerCache[WorkflowState] = WorkerCache(on_exit=close_workflow_states)
 
 
 class AworldWorkflow(RolloutWorkflow):

@@ -46,6 +46,7 @@ from aworld_core.errors import UsageError
 from aworld_core.rewards.registry import validate_reward_value
 from aworld_core.schemas import Episode, EpisodeStatus, Sample, TrainingView
 from aworld_core.worker import EpisodeGroup, GroupPolicy, apply_group_policy, is_trainable, step_metrics
+from aworld_core.worker.records import mask_of_runs
 from aworld_swift.trajectory import INFO_KEY
 
 logger = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ def episode_record(entry: dict[str, Any], response_ids: list[int] | None) -> Epi
     )
     runs = entry.get("mask_runs")
     if runs is not None:
-        mask = [int(value) for value, count in runs for _ in range(int(count))]
+        mask = mask_of_runs(runs)
         if response_ids is None or len(response_ids) < len(mask):
             raise UsageError(
                 f"trajectory {entry['episode_id']} has {len(response_ids or [])} response ids in ms-swift's row "

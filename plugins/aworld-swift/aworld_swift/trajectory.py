@@ -22,14 +22,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass
-from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from aworld_core.errors import LLMError, UsageError
 from aworld_core.llm.base import LLMResponse
 from aworld_core.schemas import Episode, EpisodeStatus, Message, RolloutContext, Sample, SamplingParams
 from aworld_core.tokens.engine import LENGTH, STOP, TokenOutput
-from aworld_core.worker import untrainable_reason
+from aworld_core.worker import describe, untrainable_reason
+from aworld_core.worker.records import mask_runs, tool_counts
 
 if TYPE_CHECKING:
     from aworld_swift.runtime import SwiftRuntime
@@ -188,11 +188,8 @@ class Trajectory:
         self.bridge.events.put_nowait(EpisodeDone(episode, fatal))
 
     def _failed(self, status: EpisodeStatus, error: str) -> Episode:
-        self.runtime.llm.finish_session(self.episode_id)  # nothing it sampled may train
-        episode = Episode(id=self.episode_id, task_id=self.sample.id,
-                          agent_id=getattr(self.runtime.runner(None).agent, "name", "agent"))
-        episode.finish(status, error)
-        return episode
+        """The kit's failed episode: its token session dropped (nothing it sampled may train)."""
+        return self.runtime.runner(None).failed(self.sample, RolloutContext(episode_id=self.episode_id), status, error)
 
     def _ended(self, event: EpisodeDone) -> None:
         self.episode = event.episode
@@ -261,7 +258,7 @@ class Trajectory:
             episode.training = None
         reason = untrainable_reason(episode)
         if reason is not None:
-            self.mark_untrainable(self.untrainable or _describe(reason, episode))
+            self.mark_untrainable(self.untrainable or describe(episode, reason))
         if episode.training is not None and self.swift_prompt_ids is not None:
             # the response is what ms-swift trains; the prompt is ms-swift's rendering, not the chat template's
             episode.training = episode.training.model_copy(update={"prompt_ids": list(self.swift_prompt_ids)})
@@ -292,25 +289,11 @@ class Trajectory:
             self.logprob_lists.append(logprobs)
 
 
-def _describe(reason: str, episode: Episode) -> str:
-    if episode.status is not EpisodeStatus.SUCCESS:
-        return f"the episode {episode.status.value}: {episode.error}"
-    if episode.reward_errors:
-        return "its reward failed (" + "; ".join(f"{k}: {v}" for k, v in episode.reward_errors.items()) + ")"
-    return reason.replace("_", " ")
-
-
-def mask_runs(mask: list[int]) -> list[list[int]]:
-    """``mask`` as ``[value, count]`` runs (a few numbers per turn)."""
-    return [[value, len(list(run))] for value, run in groupby(mask)]
-
-
 def trajectory_info(episode: Episode, untrainable: str | None) -> dict[str, Any]:
     """What the trainer sees of an episode (its reward functions, the group policy, the logs):
     plain JSON, since in server mode it travels from the rollout server to the trainer. With the
     mask of its training view (as runs) the trainer rebuilds the episode's record (see
     :func:`aworld_swift.rewards.episode_record`)."""
-    results = [r for step in episode.steps for r in step.exp_data.state.action_result]
     view = episode.training
     return {
         "episode_id": episode.id,
@@ -325,8 +308,5 @@ def trajectory_info(episode: Episode, untrainable: str | None) -> dict[str, Any]
         "trained": untrainable is None,
         "untrainable": untrainable,
         "mask_runs": None if view is None else mask_runs(view.response_mask),
-        "llm_calls": len(episode.steps),
-        "tool_calls": sum(len(step.exp_data.actions) for step in episode.steps),
-        "tool_results": len(results),
-        "tool_errors": sum(1 for r in results if r.is_error),
+        **tool_counts(episode),
     }

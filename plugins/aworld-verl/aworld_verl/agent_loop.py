@@ -5,7 +5,7 @@ agent-loop YAML with the job config (``job_config_path``), and the core's ``buil
 builds the agent. It is the worker kit (``aworld_core.worker``) inside verl's worker. Per sample,
 ``run()``:
 
-1. joins the sample's GRPO group (verl's ``uid``) in this worker (``aworld_verl.groups``);
+1. joins the sample's GRPO group (verl's ``uid``) in this worker (the kit's ``Rendezvous``);
 2. takes the task from ``raw_prompt`` (the whole prompt: system and user messages), the ground
    truth from ``reward_model`` and the rest of the row;
 3. runs the episode with the kit's ``EpisodeRunner`` (failures recorded, never raised; scored
@@ -13,8 +13,9 @@ builds the agent. It is the worker kit (``aworld_core.worker``) inside verl's wo
    (``VerlTokenEngine``), verl's ``sampling_params`` (training or validation settings)
    overriding the trained agent's own; only trained agents use it, the others of a swarm call
    their own endpoints;
-4. waits for its group, which the kit's group policy decides once (``rollout.failed_episodes``),
-   then calls ``on_episode_end`` once;
+4. waits for its group, which the kit's group policy decides once (``rollout.failed_episodes``;
+   ``group_decider``), counts the episode (the kit's ``StepRecorder``), then calls
+   ``on_episode_end`` once;
 5. returns the exact ``prompt_ids`` / ``response_ids`` / ``response_mask`` / ``response_logprobs``
    the session recorded, or, for a member that does not train, a fully masked placeholder in its
    group's place whose reward is neutral for the group (see docs/backend-verl.md).
@@ -31,20 +32,16 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from aworld_core.errors import UsageError
 from aworld_core.plugins import maybe_await
 from aworld_core.schemas import Episode, RolloutContext, Sample, new_id
-from aworld_core.worker import EpisodeGroup, GroupPolicy, apply_group_policy, untrainable_reason
-from aworld_verl.groups import Member, neutral_rewards
-from aworld_verl.output import episode_facts, placeholder_output, training_output, views_of
+from aworld_core.worker import EpisodeGroup, GroupPolicy, load_job, pad_id_of
+from aworld_core.worker.build import agent_from_ref, build_agent, check_agent, tool_parser_of
+from aworld_core.worker.records import outcome_record
+from aworld_core.worker.rendezvous import Member, group_decider
+from aworld_verl.output import placeholder_output, training_output, views_of
 from aworld_verl.rows import plain, sample_from_row
 from aworld_verl.sampling import sampling_from_verl
 from aworld_verl.worker_state import WorkerState, worker_state
 
 logger = logging.getLogger(__name__)
-
-SUMMARY_EVERY = 50  # log this worker's episode counts every N episodes
-
-# tool-call formats verl and the core both know by the same name
-_CORE_PARSERS_BY_VERL_FORMAT = {"hermes": "hermes", "qwen3_coder": "qwen3_coder"}
-
 
 class AworldAgentLoop(AgentLoopBase):
     """Run an AWorld ``Agent`` or ``Swarm`` per verl sample and hand back its exact tokens.
@@ -81,23 +78,24 @@ class AworldAgentLoop(AgentLoopBase):
     ):
         kwargs.pop("name", None)  # the YAML entry's own name, passed along by hydra
         super().__init__(*args, **kwargs)
-        self.job = _job(job_config_path) if job_config_path else None
+        self.job = load_job(job_config_path, setting="job_config_path in the agent-loop YAML entry") if job_config_path else None
         self.agent_ref = agent
         self.base_dir = self.job.base_dir if self.job is not None else None
         self.reward = reward if reward is not None else (self.job.reward if self.job is not None else None)
         self.reward_in_loop = bool(reward_in_loop) and self.reward is not None
         self.response_length = int(self.rollout_config.response_length)
         self.prompt_length = int(self.rollout_config.prompt_length)
-        self.tool_parser = tool_parser or self._default_tool_parser()
+        self.tool_parser = tool_parser_of(
+            self.job, tool_parser, framework_format=str(self.rollout_config.multi_turn.get("format") or "hermes"),
+            setting="'tool_parser' in the agent-loop YAML entry",
+        )
         self.chat_template = chat_template
         self.episode_timeout_s = episode_timeout_s
         self.max_steps = max_steps
         if self.job is None and self.max_steps is None:
             self.max_steps = self.rollout_config.multi_turn.get("max_assistant_turns")
-        policy = GroupPolicy.from_job(self.job) if self.job is not None else GroupPolicy()
-        if failed_episodes is not None:
-            policy = GroupPolicy(failed_episodes=failed_episodes, max_failed_steps=policy.max_failed_steps)  # type: ignore[arg-type]
-        self.policy = policy
+        self.policy = GroupPolicy.from_job(self.job, failed_episodes=failed_episodes)
+        self._decide = group_decider(self.policy, self.reward_in_loop)
         self.model_name = model_name or _short_model_name(str(self.config.actor_rollout_ref.model.path))
 
     # -- what users override ------------------------------------------------------------------
@@ -110,14 +108,8 @@ class AworldAgentLoop(AgentLoopBase):
         and ``get_llm_server_model_name()`` give an OpenAI endpoint over this loop's policy.
         """
         if self.agent_ref:
-            from aworld_core.agents import Agent, Swarm
-            from aworld_core.imports import import_ref
-
-            target = import_ref(self.agent_ref, self.base_dir)
-            return target if isinstance(target, (Agent, Swarm)) or not callable(target) else target()
+            return agent_from_ref(self.agent_ref, self.base_dir)
         if self.job is not None:
-            from aworld_core.worker import build_agent
-
             return build_agent(self.job)
         raise UsageError(
             f"{type(self).__name__} has no agent: subclass AworldAgentLoop and implement build_agents(), "
@@ -190,15 +182,9 @@ class AworldAgentLoop(AgentLoopBase):
         return runner
 
     async def _build_runner(self, state: WorkerState) -> Any:
-        from aworld_core.agents import Agent, Swarm
         from aworld_core.worker import EpisodeRunner
 
-        agent = await maybe_await(self.build_agents())
-        if not isinstance(agent, (Agent, Swarm)):
-            raise UsageError(
-                f"{type(self).__name__}.build_agents() returned {type(agent).__name__}; it must return "
-                f"an aworld_core.Agent or aworld_core.Swarm"
-            )
+        agent = check_agent(await maybe_await(self.build_agents()), f"{type(self).__name__}.build_agents()")
         options: dict[str, Any] = {
             "reward": self.reward if self.reward_in_loop else None,
             "policy": self.policy,
@@ -226,15 +212,6 @@ class AworldAgentLoop(AgentLoopBase):
             extras=extras,
         )
 
-    def _decide(self, group_id: str, sample: Sample, episodes: list[Episode], any_left: bool) -> EpisodeGroup:
-        """The kit's group policy. Without the reward in the loop the neutral value (the mean of
-        the members' rewards) is unknown here, so a group with a failed member is dropped; so is a
-        group one of whose members raised (verl holds no output for it)."""
-        policy = self.policy
-        if any_left or not self.reward_in_loop:
-            policy = GroupPolicy("drop_group", policy.max_failed_steps)
-        return apply_group_policy(group_id, sample, episodes, policy, needs_reward=self.reward_in_loop)
-
     def _outputs(
         self,
         state: WorkerState,
@@ -253,19 +230,18 @@ class AworldAgentLoop(AgentLoopBase):
         if not v1 and member.index == 0:
             check_v0_group_size(member.group.members, expected_group_sizes(self.rollout_config, sampling),
                                 group.group_id)
-        reason = untrainable_reason(episode, needs_reward=self.reward_in_loop)
-        reward = neutral_rewards(group, self.reward_in_loop)[member.index]
-        facts = episode_facts(episode, needs_reward=self.reward_in_loop, neutral=reason is not None)
-        self._count(state, episode, reason, group)
+        reason = state.outcomes.episode(episode, dropped=group.dropped, needs_reward=self.reward_in_loop)
+        reward = group.neutral_rewards()[member.index]
+        facts = outcome_record(episode, needs_reward=self.reward_in_loop, neutral=reason is not None)
         if reason is not None:
             output = placeholder_output(
-                episode, stats, facts, self._prompt_ids(state, sample), self._pad_id(),
+                episode, stats, facts, self._prompt_ids(state, sample), pad_id_of(self.tokenizer),
                 reward=reward, reward_info=v1, global_steps=steps,
             )
             return [output] if v1 else output
         views = views_of(episode)
         if any(v.truncated for v in views):
-            state.counters.add("truncated")
+            state.outcomes.add("truncated")
         if not v1:
             return training_output(episode, views[0], stats, facts, response_length=self.response_length,
                                    reward=reward)
@@ -283,40 +259,12 @@ class AworldAgentLoop(AgentLoopBase):
             for i, view in enumerate(views)
         ]
 
-    def _count(self, state: WorkerState, episode: Episode, reason: str | None, group: EpisodeGroup) -> None:
-        counters = state.counters
-        counters.add("episodes")
-        counters.add("trained" if reason is None else reason)
-        if reason is not None:
-            cause = episode.error or "; ".join(f"{k}: {v}" for k, v in episode.reward_errors.items())
-            logger.warning("episode %s (task %s) not trained, %s: %s", episode.id, episode.task_id, reason,
-                           cause or group.dropped)
-        counters.log_every(SUMMARY_EVERY, logger)
-
     def _prompt_ids(self, state: WorkerState, sample: Sample) -> list[int]:
         """The rendered task, for a placeholder's prompt (its template error was the episode's)."""
         try:
             return list(state.llm.renderer.prompt_ids(sample.prompt, None))[-self.prompt_length :]
         except Exception:
             return []
-
-    def _pad_id(self) -> int:
-        pad = self.tokenizer.pad_token_id
-        return int(pad if pad is not None else (self.tokenizer.eos_token_id or 0))
-
-    def _default_tool_parser(self) -> str | None:
-        """``None`` when the job's model section names one (the kit's rule), else verl's format."""
-        if self.job is not None and self.job.model is not None:
-            return None
-        verl_format = str(self.rollout_config.multi_turn.get("format") or "hermes")
-        parser = _CORE_PARSERS_BY_VERL_FORMAT.get(verl_format)
-        if parser is None:
-            raise UsageError(
-                f"verl's multi_turn.format={verl_format!r} has no AWorld tool parser of the same name; give "
-                f"'tool_parser' in the agent-loop YAML entry (e.g. hermes, llama3_json, qwen3_coder or "
-                f"'module:Class')"
-            )
-        return parser
 
 
 _warned_split = False
@@ -394,12 +342,3 @@ def _v1(row: dict[str, Any]) -> bool:
 def _short_model_name(path: str) -> str:
     return "/".join(path.rstrip("/").split("/")[-2:])
 
-
-def _job(path: str) -> Any:
-    """The job config at ``path`` (the kit's ``load_job``: read once per process)."""
-    from aworld_core.worker import load_job
-
-    try:
-        return load_job(path)
-    except UsageError as exc:
-        raise UsageError(f"{exc} (job_config_path in the agent-loop YAML entry)") from None

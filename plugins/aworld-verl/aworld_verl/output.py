@@ -8,7 +8,8 @@ environment messages (mask 0). Nothing is re-tokenized here; ids, mask and logpr
 A member that does not train still holds its place in its GRPO group: :func:`placeholder_output`
 is its prompt and one padding token, mask 0 and logprob 0 (no gradient), with the reward the group
 policy gave it (neutral for the group's statistics). Every output carries ``extra_fields["aworld"]``:
-what the trainer-side sampler (``aworld_verl.sampler``) counts per step.
+the kit's ``outcome_record`` of its episode, which the trainer-side sampler (``aworld_verl.sampler``)
+counts per step.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 from aworld_core.schemas import Episode, TrainingView
-from aworld_core.worker import step_metrics, untrainable_reason
 from aworld_verl.engine import EpisodeEngineStats
 
 # extra_fields key of what the sampler counts
@@ -45,25 +45,6 @@ def _turns(episode: Episode, view: TrainingView | None, primary: bool) -> int:
     if primary and episode.messages:
         return sum(1 for m in episode.messages if m.get("role") != "system")
     return 1 + (view.num_turns if view is not None else 0)
-
-
-def episode_facts(episode: Episode, *, needs_reward: bool, neutral: bool) -> dict[str, Any]:
-    """What the sampler counts for this episode (plain JSON): its status, why it did not train,
-    its error, its group, and the kit's ``step_metrics`` of the episode alone."""
-    reason = untrainable_reason(episode, needs_reward=needs_reward)
-    error = episode.error or "; ".join(f"reward {k}: {v}" for k, v in episode.reward_errors.items()) or None
-    results = [r for s in episode.steps for r in s.exp_data.state.action_result]
-    return {
-        "episode": episode.id,
-        "status": episode.status.value,
-        "untrained": reason,
-        "error": error,
-        "group": episode.metadata.get("group_id"),
-        "group_dropped": episode.metadata.get("group_dropped"),
-        "neutral": neutral,
-        "tool_results": len(results),
-        "metrics": step_metrics([episode], prefix="", needs_reward=needs_reward),
-    }
 
 
 def extra_fields(

@@ -6,10 +6,10 @@ V1 does let a run plug in its own replay buffer (``trainer.v1.sampler.custom_sam
 it runs in the trainer, its ``sample()`` picks each training step's batch, and the metrics it
 returns are logged with the step's own. The launch sets ``aworld_replay_buffer`` there; it is
 verl's own buffer (``ReplayBuffer`` for the sync trainer, ``ReplayBufferAsync`` otherwise) that,
-after each training sample, reads the ``extra_fields["aworld"]`` facts the loop stored with every
-output and
+after each training sample, reads the ``extra_fields["aworld"]`` record the loop stored with every
+output (the kit's ``outcome_record``) and
 
-* adds ``aworld/*`` metrics: the kit's ``step_metrics`` over the step's episodes
+* adds ``aworld/*`` metrics: the kit's ``merge_step_metrics``, its ``step_metrics`` over the step's episodes
   (``aworld/episodes``, ``aworld/trained_rate``, ``aworld/failed_rate``, ``aworld/untrained/<reason>``,
   ...), plus ``aworld/groups``, ``aworld/groups_dropped`` and ``aworld/placeholders``;
 * feeds the kit's ``FailedSteps``: after ``rollout.max_failed_steps`` consecutive samples in which
@@ -25,62 +25,18 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
 from aworld_core.worker import FailedSteps, GroupPolicy
+from aworld_core.worker.records import first_record_error, merge_step_metrics, trained_records
 
 logger = logging.getLogger(__name__)
 
 MAX_FAILED_STEPS = "aworld_max_failed_steps"
 SETTING = "rollout.max_failed_steps (the job) or trainer.v1.sampler.sampler_kwargs.aworld_max_failed_steps"
-_SUMMED = ("episodes",)
-
-
-def merge_step_metrics(facts: Iterable[Mapping[str, Any]], prefix: str = "aworld/") -> dict[str, float]:
-    """The kit's ``step_metrics`` of a step, from each episode's own (``facts["metrics"]``, the
-    kit's ``step_metrics([episode])``): counts are summed, rates averaged over the episodes,
-    ``tool_error_rate`` over the tool results and ``sampled_tokens`` over the trained episodes."""
-    facts = list(facts)
-    n = len(facts)
-    if not n:
-        return {}
-    each = [f.get("metrics") or {} for f in facts]
-    out: dict[str, float] = {}
-    keys = dict.fromkeys(k for m in each for k in m)
-    for key in keys:
-        values = [float(m.get(key, 0.0)) for m in each]
-        if key in _SUMMED or key.startswith("untrained/"):
-            out[prefix + key] = sum(values)
-        elif key == "tool_error_rate":
-            weights = [float(f.get("tool_results") or 0) for f in facts]
-            total = sum(weights)
-            out[prefix + key] = sum(v * w for v, w in zip(values, weights, strict=True)) / total if total else 0.0
-        elif key == "sampled_tokens":
-            trained = [v for v, m in zip(values, each, strict=True) if m.get("trained_rate") == 1.0]
-            out[prefix + key] = sum(trained) / len(trained) if trained else 0.0
-        else:
-            out[prefix + key] = sum(values) / n
-    groups = {f.get("group") for f in facts}
-    out[prefix + "groups"] = float(len(groups))
-    out[prefix + "groups_dropped"] = float(len({f.get("group") for f in facts if f.get("group_dropped")}))
-    out[prefix + "placeholders"] = float(sum(1 for f in facts if f.get("neutral")))
-    return out
-
-
-def first_error(facts: Iterable[Mapping[str, Any]]) -> str:
-    """The first recorded cause among the step's episodes."""
-    facts = list(facts)
-    for fact in facts:
-        if fact.get("error"):
-            return f"episode {fact.get('episode')}: {fact['error']}"
-    for fact in facts:
-        if fact.get("untrained"):
-            detail = fact.get("group_dropped") or fact["untrained"]
-            return f"episode {fact.get('episode')}: {detail}"
-    return "no episode produced trainable tokens"
 
 
 class StepWatch:
@@ -109,10 +65,10 @@ class StepWatch:
         if not facts:
             return {}
         metrics = merge_step_metrics(facts)
-        trained = sum(1 for f in facts if not f.get("untrained"))
+        trained = trained_records(facts)
         if not trained:
-            logger.error("aworld: no episode of this training step trained; first error: %s", first_error(facts))
-        self.failed_steps.record(trained, lambda: first_error(facts))
+            logger.error("aworld: no episode of this training step trained; first error: %s", first_record_error(facts))
+        self.failed_steps.record(trained, lambda: first_record_error(facts))
         return metrics
 
 

@@ -5,44 +5,32 @@ verl instantiates an agent loop per sample (``hydra.utils.instantiate`` in
 worker's server manager, event loop and token settings: the token-level LLM (the kit's
 ``build_token_llm`` over ``VerlTokenEngine``), the OpenAI-compatible gateway over it (started on
 first use), the kit's ``EpisodeRunner`` per loop configuration (its agent built once: agents hold
-no per-episode state), the group rendezvous (``aworld_verl.groups``) and the episode counters.
+no per-episode state), the kit's group ``Rendezvous`` and its ``StepRecorder`` (episode counts, a
+line per untrained episode, a summary every ``SUMMARY_EVERY``). The states live in a kit
+``WorkerCache``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from aworld_core.worker.cache import WorkerCache
+from aworld_core.worker.outcomes import StepRecorder
+from aworld_core.worker.rendezvous import Rendezvous
 from aworld_verl.engine import VerlTokenEngine
-from aworld_verl.groups import Rendezvous
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_EVERY = 50  # log this worker's episode counts every N episodes
 
 
-@dataclass
-class EpisodeCounters:
-    """Episodes by outcome in this worker (``trained``, ``failed``, ``timeout``, ``reward_failed``,
-    ``group_dropped``, ``truncated``, ...), logged every so often."""
-
-    counts: Counter[str] = field(default_factory=Counter)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, key: str, n: int = 1) -> None:
-        with self._lock:
-            self.counts[key] += n
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self.counts)
-
-    def log_every(self, every: int, log: Any) -> None:
-        """Log the counts when the number of finished episodes reaches a multiple of ``every``."""
-        with self._lock:
-            finished = self.counts["episodes"]
-            counts = dict(self.counts)
-        if every > 0 and finished and finished % every == 0:
-            log.info("aworld-verl worker episodes: %s", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+def _recorder() -> StepRecorder:
+    # the trainer counts steps (aworld_verl.sampler): a worker only tallies and logs
+    return StepRecorder(logger, summary_every=SUMMARY_EVERY, label="aworld-verl worker")
 
 
 @dataclass
@@ -54,7 +42,7 @@ class WorkerState:
     gateway: Any = None  # aworld_core.gateway.GatewayServer, once started
     runners: dict[Any, Any] = field(default_factory=dict)  # loop configuration -> EpisodeRunner
     groups: Rendezvous = field(default_factory=Rendezvous)
-    counters: EpisodeCounters = field(default_factory=EpisodeCounters)
+    outcomes: StepRecorder = field(default_factory=_recorder)
     gateway_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     runner_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -69,8 +57,7 @@ class WorkerState:
             return self.gateway
 
 
-_states: dict[tuple[Any, ...], WorkerState] = {}
-_states_lock = threading.Lock()
+_states: WorkerCache[WorkerState] = WorkerCache()
 
 
 def worker_state(
@@ -104,10 +91,8 @@ def worker_state(
         max_prompt_tokens,
         max_response_tokens,
     )
-    with _states_lock:
-        state = _states.get(key)
-        if state is not None and state.engine.server_manager is server_manager and state.loop is loop:
-            return state
+
+    def build() -> WorkerState:
         engine = VerlTokenEngine(server_manager)
         llm = build_token_llm(
             engine,
@@ -120,30 +105,24 @@ def worker_state(
             model_name=model_name,
             chat_template_kwargs=chat_template_kwargs or None,
         )
-        state = WorkerState(engine=engine, llm=llm, model_name=model_name, loop=loop)
-        _states[key] = state
-        return state
+        return WorkerState(engine=engine, llm=llm, model_name=model_name, loop=loop)
+
+    return _states.get(key, build, valid=lambda s: s.engine.server_manager is server_manager and s.loop is loop)
 
 
 def episode_counts() -> dict[str, int]:
     """Episodes by outcome across this process's workers (logged by the workers; the trainer's
     per-step counts come from ``aworld_verl.sampler``)."""
     total: Counter[str] = Counter()
-    with _states_lock:
-        states = list(_states.values())
-    for state in states:
-        total.update(state.counters.snapshot())
+    for state in _states.states():
+        total.update(state.outcomes.snapshot())
     return dict(total)
 
 
 async def close_worker_states() -> None:
     """Stop the gateways this process started on the running loop (tests; verl workers just exit)."""
-    loop_id = id(asyncio.get_running_loop())
-    with _states_lock:
-        mine = [(k, s) for k, s in _states.items() if k[1] == loop_id]
-        for key, _ in mine:
-            _states.pop(key, None)
-    for _, state in mine:
+    loop = asyncio.get_running_loop()
+    for state in _states.pop(lambda _key, state: state.loop is loop):
         if state.gateway is not None:
             await state.gateway.astop()
         for agent in {id(r.agent): r.agent for r in state.runners.values()}.values():

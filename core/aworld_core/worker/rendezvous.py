@@ -1,21 +1,18 @@
-"""GRPO groups inside one verl agent-loop worker, so the kit's group policy sees every member.
+"""GRPO groups for frameworks that run one member per call, so the group policy sees every member.
 
-verl builds and runs an agent loop per sample, so one member cannot see its group from ``run()``.
-But verl's workers start a group's members together, in one synchronous stretch of code:
-
-* V1 (``AgentLoopWorkerTQ._run_prompt``) creates the ``n`` session tasks of one prompt (``uid``)
-  in a loop without awaiting in between;
-* V0 (``AgentLoopWorker.generate_sequences``) creates one task per row of its chunk the same way
-  (a group's ``n`` rows share a ``uid``).
-
-Each task's first step runs ``AgentLoopBase.run`` without suspending before it, so each member
-joins its group (:meth:`Rendezvous.join`, keyed by ``uid``) before it awaits anything. The
-group's membership closes one event-loop turn after its first member joined
+Some frameworks run an agent loop per sample (verl builds one per row and calls ``run()``), so one
+member cannot see its group from its own call. They do start a group's members together, in one
+synchronous stretch of code (verl V1's ``_run_prompt`` creates a prompt's ``n`` session tasks in a
+loop; V0's ``generate_sequences`` one task per row of its chunk), and each task's first step runs
+the loop's ``run()`` without suspending before it. So each member joins its group
+(:meth:`Rendezvous.join`, keyed by the framework's group key, e.g. verl's ``uid``) before it awaits
+anything. The group's membership closes one event-loop turn after its first member joined
 (``loop.call_soon``), which is after every sibling created in the same stretch has joined. The
-members then run their episodes; when the last one finishes, the kit's ``apply_group_policy``
-decides the group once, and every member builds its output from that decision. A member that
-raises instead (a configuration error, a cancellation) leaves its group, and the others are
-dropped with it: verl then holds no output for that member, so the group could not stay whole.
+members then run their episodes; when the last one finishes, the group is decided once
+(:func:`group_decider`: the kit's ``apply_group_policy``), and every member builds its output from
+that decision. A member that raises instead (a configuration error, a cancellation) leaves its
+group, and the others are dropped with it: the framework then holds no output for that member, so
+the group could not stay whole.
 """
 
 from __future__ import annotations
@@ -25,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aworld_core.schemas import Episode, EpisodeStatus, Sample, new_id
-from aworld_core.worker import EpisodeGroup
+from aworld_core.worker.episodes import EpisodeGroup, apply_group_policy
+from aworld_core.worker.policy import GroupPolicy
 
 # decide(group_id, sample, members, any_left) -> the group under the policy
 Decide = Callable[[str, Sample, list[Episode], bool], EpisodeGroup]
@@ -92,7 +90,7 @@ class Member:
 
 
 class Rendezvous:
-    """The open groups of one worker's event loop, keyed by verl's ``uid``."""
+    """The open groups of one worker's event loop, keyed by the framework's group key."""
 
     def __init__(self) -> None:
         self._open: dict[str, _Group] = {}
@@ -125,11 +123,14 @@ class Rendezvous:
         return len(self._open)
 
 
-def neutral_rewards(group: EpisodeGroup, scored_in_loop: bool) -> list[float | None]:
-    """Each member's ``reward_score`` for verl: a trained member's own reward (``None`` when verl's
-    reward manager scores it), an untrained member's neutral value (the mean reward of the members
-    that train; 0.0 for every member of a dropped group)."""
-    if not scored_in_loop:
-        trained = group.trained()
-        return [None if t else 0.0 for t in trained]
-    return [float(r) if r is not None else 0.0 for r in group.rewards("mean")]
+def group_decider(policy: GroupPolicy, scored: bool) -> Decide:
+    """How a rendezvous group is decided: ``policy`` (``scored`` false: the runner leaves scoring
+    to the framework), except that a group is dropped when a member left it (the framework holds
+    no output for that member) or, without scoring, when a member failed (the neutral value, the
+    mean of the members' rewards, is unknown here)."""
+
+    def decide(group_id: str, sample: Sample, episodes: list[Episode], any_left: bool) -> EpisodeGroup:
+        chosen = GroupPolicy("drop_group", policy.max_failed_steps) if any_left or not scored else policy
+        return apply_group_policy(group_id, sample, episodes, chosen, needs_reward=scored)
+
+    return decide
