@@ -28,8 +28,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from aworld_core.agents.agent import AgentConfig
-from aworld_core.errors import ConfigError
+from aworld_core.errors import ConfigError, UsageError
 from aworld_core.secrets import is_secret_name
+from aworld_core.tokens.families import TemplateOptions, resolve_options
 
 
 class _Section(BaseModel):
@@ -44,12 +45,34 @@ class ModelSection(_Section):
     chat_template: str | None = Field(
         default=None, description="Jinja chat template file; default: the tokenizer's own."
     )
-    tool_parser: str = Field(default="hermes", description="How tool calls are parsed from text.")
+    tool_parser: str = Field(
+        default=None,  # type: ignore[assignment]  # filled below: the family's parser, else hermes
+        description="How tool calls are parsed from text; default: the family's parser, else hermes.",
+    )
+    family: str | None = Field(
+        default=None,
+        description="Chat-template family preset (terminators, tool parser, template options), e.g. "
+        "llama3.1-ipython, gpt-oss, glm4.5, mistral-v3; see docs/token-fidelity.md.",
+    )
+    template_options: TemplateOptions | None = Field(
+        default=None, description="Fields of the family's template options to override (TemplateOptions)."
+    )
     build: str | None = Field(
         default=None,
         description="'module:function' called as function(path) to create the model directory when it "
         "does not exist yet (local tiny models, demos). Never called by --dry-run.",
     )
+
+    @model_validator(mode="after")
+    def _template_family(self) -> ModelSection:
+        """An unknown family is refused here; the parser defaults to the family's."""
+        try:
+            options = resolve_options(self.family, self.template_options)
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+        if self.tool_parser is None:
+            self.tool_parser = options.tool_parser or "hermes"
+        return self
 
 
 class AgentSection(AgentConfig):
