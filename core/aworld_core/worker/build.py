@@ -175,10 +175,15 @@ def build_token_llm(
     """The token-level client over ``engine`` with the one rule for template, parser and limits.
 
     ``kwargs`` go to :class:`~aworld_core.tokens.llm.TokenLLM` (``model_name``,
-    ``chat_template_kwargs``, ``end_of_turn``, ...).
+    ``chat_template_kwargs``, ``end_of_turn``, ...). The job's ``model.family`` and
+    ``model.template_options`` choose the chat-template family (terminators, tool parser, template
+    options); ``family=`` / ``template_options=`` given here win.
     """
     from aworld_core.tokens.llm import TokenLLM
 
+    if job is not None and job.model is not None:
+        kwargs.setdefault("family", job.model.family)
+        kwargs.setdefault("template_options", job.model.template_options)
     return TokenLLM(
         engine,
         tokenizer,
