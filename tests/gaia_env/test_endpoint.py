@@ -29,7 +29,7 @@ async def test_health_needs_no_token(env_server):
             body = await response.json()
     assert body["status"] == "ok"
     assert body["servers"] == sorted(SERVER_NAMES)
-    assert body["sandbox"] in ("namespaces", "audit")
+    assert body["sandbox"] == "bwrap"
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong-token"}, {"Authorization": "wrong"}])

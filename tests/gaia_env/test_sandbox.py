@@ -1,12 +1,11 @@
 """intelligence-code and terminal under attack: every attempt ends with a clear result, the server lives.
 
-The endpoint tests run in whatever mode the host allows (``namespaces`` as root on Linux, else
-``audit``); the ``audit`` mode is also exercised directly, since a deployment without root gets it.
+The endpoint tests run the default ``bwrap`` mode (bubblewrap, which ``make test`` installs); the
+``audit`` opt-out is exercised directly. ``test_sandbox_attacks.py`` holds the escape attempts.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,6 +17,7 @@ from gaia_env.conftest import SANDBOX_ENV, call
 from aworld_gaia_env.errors import ToolError
 from aworld_gaia_env.sandbox import Sandbox
 from aworld_gaia_env.settings import GaiaEnvSettings
+from aworld_gaia_env.workspace import WorkspaceManager
 
 PY = "intelligence-code__run_python"
 SH = "terminal__run_command"
@@ -51,7 +51,7 @@ async def test_socket_is_refused(env_server, fakes):
     code = f"import socket\ns = socket.create_connection(('127.0.0.1', {fakes.port}), timeout=3)\nprint('CONNECTED')"
     text, _ = await call(env_server, PY, {"code": code}, episode="ep-net")
     assert "CONNECTED" not in text and "exit code: 1" in text
-    assert "network access is disabled" in text or "Network is unreachable" in text
+    assert "network access is disabled" in text
 
 
 @pytest.mark.parametrize(
@@ -60,27 +60,27 @@ async def test_socket_is_refused(env_server, fakes):
         "open('../escape.txt', 'w').write('x')",
         "open('/tmp/aworld-escape.txt', 'w').write('x')",
         "import os\nos.symlink('..', 'up')\nopen('up/escape.txt', 'w').write('x')",
+        "open('/usr/aworld-escape.txt', 'w').write('x')",
     ],
-    ids=["dotdot", "absolute", "symlink"],
+    ids=["dotdot", "absolute", "symlink", "system"],
 )
-async def test_writes_outside_the_workspace_fail(env_server, code):
+async def test_writes_outside_the_workspace_never_reach_the_host(env_server, code):
+    # the sandbox's /tmp (where the test's workspace root lies) is its own tmpfs: a write there
+    # lands in the sandbox's private copy; everything else outside the workspace is read-only
     text, _ = await call(env_server, PY, {"code": code}, episode="ep-write")
-    assert "exit code: 1" in text
-    assert "Read-only file system" in text or "outside the workspace" in text
+    if "/usr/" in code:
+        assert "exit code: 1" in text and "Read-only file system" in text
     assert not (env_server.workspace_root / "escape.txt").exists()
-    assert not Path("/tmp/aworld-escape.txt").exists()
+    assert not Path("/tmp/aworld-escape.txt").exists() and not Path("/usr/aworld-escape.txt").exists()
 
 
 @pytest.mark.slow
 async def test_fork_bomb_is_contained(env_server):
-    mode = await _mode(env_server)
+    assert await _mode(env_server) == "bwrap"
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     text, err = await call(env_server, PY, {"code": code, "timeout_s": 2}, episode="ep-fork")
     assert not err
-    if mode == "namespaces":
-        assert "killed" in text and "time limit" in text
-    else:
-        assert "starting processes is disabled" in text
+    assert "killed" in text and "time limit" in text
     await _alive(env_server)
 
 
@@ -112,17 +112,14 @@ async def test_100mb_of_output_is_cut(env_server):
 
 @pytest.mark.slow
 async def test_terminal(env_server, fakes):
-    mode = await _mode(env_server)
+    assert await _mode(env_server) == "bwrap"
     text, err = await call(env_server, SH, {"command": "echo hello > greeting.txt && cat greeting.txt && pwd"}, episode="ep-sh")
-    if mode != "namespaces":
-        assert err and "SANDBOX_ALLOW_UNISOLATED_SHELL" in text
-        return
     assert not err and "hello" in text and str(env_server.workspace_root / "ep-sh") in text
-    text, _ = await call(env_server, SH, {"command": "echo x > ../escape.txt; echo x > /tmp/aworld-sh.txt; ln -s / root; echo x > root/tmp/aworld-sh2.txt"}, episode="ep-sh")
+    text, _ = await call(env_server, SH, {"command": "echo x > /usr/aworld-sh.txt; echo x > /etc/aworld-sh.txt; ln -s / root; echo x > root/usr/aworld-sh2.txt"}, episode="ep-sh")
     assert text.count("Read-only file system") == 3
-    assert not Path("/tmp/aworld-sh.txt").exists() and not Path("/tmp/aworld-sh2.txt").exists()
+    assert not Path("/usr/aworld-sh.txt").exists() and not Path("/usr/aworld-sh2.txt").exists()
     text, _ = await call(env_server, SH, {"command": f"exec 3<>/dev/tcp/127.0.0.1/{fakes.port} && echo CONNECTED"}, episode="ep-sh")
-    assert "CONNECTED" not in text and "unreachable" in text.lower()
+    assert "CONNECTED" not in text and "connection refused" in text.lower()  # its own loopback, nothing listening
     text, _ = await call(env_server, SH, {"command": "yes | head -c 200000000"}, episode="ep-sh")
     assert "output exceeded the limit" in text
     text, _ = await call(env_server, SH, {"command": "sleep 30 & sleep 30", "timeout_s": 1}, episode="ep-sh")
@@ -132,8 +129,7 @@ async def test_terminal(env_server, fakes):
 
 @pytest.mark.slow
 async def test_terminal_fork_bomb(env_server):
-    if await _mode(env_server) != "namespaces":
-        pytest.skip("the terminal needs kernel isolation on this host")
+    assert await _mode(env_server) == "bwrap"
     text, err = await call(env_server, SH, {"command": ":(){ :|:& };:", "timeout_s": 2}, episode="ep-shfork")
     assert not err and ("killed" in text or "Resource temporarily unavailable" in text)
     await _alive(env_server)
@@ -147,17 +143,17 @@ async def test_terminal_fork_bomb(env_server):
 @pytest.fixture
 def audit_sandbox():
     root = Path(tempfile.mkdtemp(prefix="gaia-audit-"))
-    workspace = root / "ep"
-    workspace.mkdir()
     env = {k.lower(): v for k, v in SANDBOX_ENV.items()}
     sandbox = Sandbox(GaiaEnvSettings(workspace_root=root, sandbox_isolation="audit", **env))
+    workspace, _ = WorkspaceManager(root).get("ep")
     yield sandbox, workspace
     shutil.rmtree(root, ignore_errors=True)
 
 
 async def test_audit_mode_guards_python(audit_sandbox, fakes):
-    sandbox, workspace = audit_sandbox
-    ok = await sandbox.run_python("open('inside.txt','w').write('ok'); print('fine')", workspace)
+    sandbox, ws = audit_sandbox
+    workspace = ws.path
+    ok = await sandbox.run_python("open('inside.txt','w').write('ok'); print('fine')", ws)
     assert ok.exit_code == 0 and "fine" in ok.stdout and (workspace / "inside.txt").exists()
     for code, expected in [
         (f"import socket; socket.create_connection(('127.0.0.1', {fakes.port}))", "network access is disabled"),
@@ -168,7 +164,7 @@ async def test_audit_mode_guards_python(audit_sandbox, fakes):
         ("import os; os.fork()", "starting processes is disabled"),
         ("import ctypes; ctypes.CDLL(None).system(b'true')", "ctypes is disabled"),
     ]:
-        result = await sandbox.run_python(code, workspace)
+        result = await sandbox.run_python(code, ws)
         assert result.exit_code == 1, code
         assert expected in result.stderr, (code, result.stderr)
     assert not (workspace.parent / "escape.txt").exists() and not (workspace.parent / "moved.txt").exists()
@@ -193,7 +189,12 @@ async def test_audit_mode_refuses_the_shell_unless_allowed(audit_sandbox):
     assert result.exit_code == 0 and result.stdout.strip() == "hi"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="as root the namespaces mode works")
-def test_namespaces_mode_reports_why_it_is_unavailable(tmp_path):
-    sandbox = Sandbox(GaiaEnvSettings(workspace_root=tmp_path, sandbox_isolation="namespaces"))
-    assert sandbox.probe() == "unavailable" and sandbox.reason
+async def test_without_bubblewrap_the_code_tools_refuse(tmp_path):
+    """No silent fallback: a host without bwrap gets a refusal naming what is missing."""
+    sandbox = Sandbox(GaiaEnvSettings(workspace_root=tmp_path))
+    sandbox.bwrap = None  # as on a host where the package is not installed
+    assert sandbox.probe() == "unavailable" and "bubblewrap" in sandbox.reason
+    workspace, _ = WorkspaceManager(tmp_path).get("ep")
+    for run in (sandbox.run_python("print(1)", workspace), sandbox.run_shell("echo 1", workspace)):
+        with pytest.raises(ToolError, match="apt-get install bubblewrap"):
+            await run

@@ -1,26 +1,35 @@
-"""Running model-written code and shell commands with limits, in the episode's workspace.
+"""Running model-written code and shell commands in the episode's workspace, isolated and limited.
 
-Two isolation modes, chosen once per process by :meth:`Sandbox.probe` (``SANDBOX_ISOLATION``):
+Two modes, chosen by ``SANDBOX_ISOLATION`` and checked once per process by :meth:`Sandbox.probe`:
 
-* ``namespaces`` (root, or CAP_SYS_ADMIN): the launcher puts the command in fresh network and
-  mount namespaces (no network at all; every mount read-only except the workspace) and drops to a
-  throwaway uid, so ``RLIMIT_NPROC`` stops fork bombs and root-only files stay unreadable.
-* ``audit``: resource limits, plus (for Python) an audit hook that refuses sockets, writes outside
-  the workspace, new processes and ctypes. Shell commands cannot be guarded this way, so the
-  terminal refuses to run in this mode unless ``SANDBOX_ALLOW_UNISOLATED_SHELL=true``.
+* ``bwrap`` (the default): every run gets fresh user, mount, pid, network, ipc, uts and cgroup
+  namespaces from bubblewrap. Its root is a tmpfs holding, read-only, only ``/usr`` (with the
+  ``/bin``, ``/lib`` links), the interpreter's prefixes, a handful of ``/etc`` files (the loader
+  cache, ``alternatives``, a one-line ``passwd``/``group``; resolver and CA files only when the
+  network is allowed), plus the episode's workspace read-write, a private 64 MiB ``/tmp`` and
+  ``/dev/shm``, a ``/proc`` of its own pid namespace and a minimal ``/dev``. No host unix socket,
+  no other episode, no host ``/proc``; no network unless ``SANDBOX_ALLOW_NETWORK=true``
+  (``--share-net``). The process runs as the episode's own unprivileged uid, under a seccomp
+  filter (:mod:`aworld_gaia_env.sandbox_seccomp`) and the resource limits below. If bubblewrap
+  is missing or cannot build a sandbox here, the code tools refuse with the reason; nothing falls
+  back to weaker isolation.
+* ``audit`` (explicit opt-out for trusted local use, logged as an error at every start):
+  resource limits plus, for Python, an audit hook that refuses sockets, writes outside the
+  workspace, new processes and ctypes. The terminal stays off unless
+  ``SANDBOX_ALLOW_UNISOLATED_SHELL=true``.
 
-Both modes: CPU-time (RLIMIT_CPU), address-space (RLIMIT_AS), file-size and process limits,
-a wall-clock timeout, and a cap on captured output; whatever exceeds a limit is killed, together
-with everything it started, and the result says which limit it hit.
+Both: CPU time (RLIMIT_CPU), address space (RLIMIT_AS), file size and process limits, a
+wall-clock timeout and a cap on captured output; whatever exceeds a limit is killed with all it
+started (killing bubblewrap ends its pid namespace), and the result says which limit it hit.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,15 +37,25 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aworld_gaia_env.errors import ToolError
 from aworld_gaia_env.settings import GaiaEnvSettings
+
+if TYPE_CHECKING:
+    from aworld_gaia_env.workspace import Workspace
 
 logger = logging.getLogger("aworld_gaia_env.sandbox")
 
 LAUNCHER = str(Path(__file__).with_name("sandbox_launch.py"))
 BOOT = str(Path(__file__).with_name("sandbox_boot.py"))
 LAUNCHER_FAILED = 125
+RUN_DIR = "/run/sandbox"  # inside the sandbox: the Python bootstrap and the snippet, read-only
+# /etc entries the sandbox gets (when present); the rest of the host's /etc stays out
+ETC_ALWAYS = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "mime.types", "fonts")
+ETC_NETWORK = ("resolv.conf", "hosts", "nsswitch.conf", "gai.conf", "host.conf", "ssl", "ca-certificates",
+               "ca-certificates.conf")
+MERGED_USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
 @dataclass
@@ -67,6 +86,24 @@ class SandboxResult:
         return "\n".join(parts)
 
 
+def find_bwrap() -> str | None:
+    return shutil.which("bwrap") or ("/usr/bin/bwrap" if os.access("/usr/bin/bwrap", os.X_OK) else None)
+
+
+def _python_roots() -> list[str]:
+    """Directories the sandboxed interpreter needs: its prefixes (the venv and its base)."""
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                  os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
+    roots = sorted(os.path.realpath(p) for p in candidates if p and os.path.isdir(p))
+    kept: list[str] = []
+    for root in roots:  # /usr is bound anyway; drop anything inside it or inside another root
+        if root == "/" or root == "/usr" or root.startswith("/usr/"):
+            continue
+        if not any(root.startswith(k + "/") for k in kept):
+            kept.append(root)
+    return kept
+
+
 class Sandbox:
     """Starts sandboxed processes; one per process, shared by all sessions."""
 
@@ -74,81 +111,90 @@ class Sandbox:
         self.settings = settings
         self.mode = "unprobed"
         self.reason = ""
+        self.bwrap = find_bwrap()
         self._probe_lock = threading.Lock()
-        self._uids_lock = threading.Lock()
-        self._uids_in_use: set[int] = set()
-        self._uid_counter = itertools.count()
+        self._seccomp: dict[bool, str] = {}
 
     # ------------------------------------------------------------------------------------------
     # Probing
     # ------------------------------------------------------------------------------------------
 
     def probe(self) -> str:
-        """Decide the isolation mode by trying it once (blocking; call from a thread)."""
+        """Check the configured isolation once by running it (blocking; call from a thread)."""
         with self._probe_lock:
             if self.mode != "unprobed":
                 return self.mode
-            wanted = self.settings.sandbox_isolation
-            if wanted == "audit":
+            if self.settings.sandbox_isolation == "audit":
                 self.mode, self.reason = "audit", "SANDBOX_ISOLATION=audit"
-                return self.mode
-            ok, why = self._try_namespaces()
-            if ok:
-                self.mode = "namespaces"
-            elif wanted == "namespaces":
-                self.mode, self.reason = "unavailable", why
-                logger.error("SANDBOX_ISOLATION=namespaces but namespaces do not work here: %s", why)
-            else:
-                self.mode, self.reason = "audit", why
-                logger.warning(
-                    "kernel sandbox unavailable (%s); Python runs under rlimits plus an audit hook and the "
-                    "terminal is disabled unless SANDBOX_ALLOW_UNISOLATED_SHELL=true",
-                    why,
+                logger.error(
+                    "SANDBOX_ISOLATION=audit: model-written code runs WITHOUT kernel isolation (rlimits and a "
+                    "Python audit hook only; it can read every file this user can). Use this for trusted local "
+                    "runs only; the default, bwrap, isolates each run with bubblewrap"
                 )
+                return self.mode
+            ok, why = self._try_bwrap()
+            if ok:
+                self.mode = "bwrap"
+            else:
+                self.mode, self.reason = "unavailable", why
+                logger.error("the code sandbox is unavailable, so intelligence-code and terminal will refuse: %s", why)
             return self.mode
 
-    def _try_namespaces(self) -> tuple[bool, str]:
+    def _try_bwrap(self) -> tuple[bool, str]:
         if not sys.platform.startswith("linux"):
-            return False, "kernel isolation needs Linux"
-        probe_dir = Path(os.path.realpath(self.settings.workspace_root)) / ".sandbox-probe"
-        probe_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(probe_dir, 0o777)
-        config = self._config("namespaces", str(probe_dir), [sys.executable, "-I", "-S", "-c", "pass"], 2_000_000 + os.getpid() % 1000)
+            return False, "the bubblewrap sandbox needs Linux"
+        if self.bwrap is None:
+            return False, (
+                "bubblewrap (bwrap) is not installed: install the 'bubblewrap' package (apt-get install bubblewrap; "
+                "make test and the Dockerfile do), or set SANDBOX_ISOLATION=audit for trusted local use"
+            )
+        from aworld_gaia_env.sandbox_seccomp import supported_arch
+
+        if supported_arch() is None:
+            return False, "the sandbox's seccomp filter has no syscall table for this architecture"
+        from aworld_gaia_env.workspace import Workspace, prepare_directory
+
+        probe = Path(os.path.realpath(self.settings.workspace_root)) / ".sandbox-probe"
+        uid = self.settings.sandbox_uid_base if os.geteuid() == 0 else os.getuid()
+        prepare_directory(probe, uid)
+        workspace = Workspace(".sandbox-probe", probe, uid)
+        config = self._config(workspace, [sys.executable, "-I", "-S", "-c", "import os; os.listdir('.')"])
         try:
             done = subprocess.run(
-                [sys.executable, "-I", "-S", "-B", LAUNCHER, json.dumps(config)],
+                [sys.executable, "-I", "-S", "-B", LAUNCHER],
+                input=json.dumps(config).encode(),
                 capture_output=True,
                 timeout=30,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            return False, f"launcher did not run: {exc}"
+            return False, f"the sandbox launcher did not run: {exc}"
+        finally:
+            shutil.rmtree(probe, ignore_errors=True)
         if done.returncode != 0:
-            return False, done.stderr.decode("utf-8", "replace").strip() or f"exit code {done.returncode}"
+            detail = done.stderr.decode("utf-8", "replace").strip() or f"exit code {done.returncode}"
+            return False, (
+                f"bubblewrap could not build a sandbox here ({detail}); it needs user namespaces (or root with "
+                f"CAP_SYS_ADMIN in a container, see docs/gaia-env.md), or set SANDBOX_ISOLATION=audit for trusted local use"
+            )
         return True, ""
 
     # ------------------------------------------------------------------------------------------
     # Running
     # ------------------------------------------------------------------------------------------
 
-    async def run_python(self, code: str, workspace: Path, *, timeout_s: float | None = None) -> SandboxResult:
+    async def run_python(self, code: str, workspace: Workspace, *, timeout_s: float | None = None) -> SandboxResult:
         """Run ``code`` with the sandboxed interpreter (this server's, so its packages are there)."""
-        scratch = workspace / ".sandbox"
-        scratch.mkdir(exist_ok=True)
-        os.chmod(scratch, 0o777)
-        script = scratch / f"snippet_{os.getpid()}_{next(self._uid_counter)}.py"
-        script.write_text(code, encoding="utf-8")
-        try:
-            return await self.run([sys.executable, "-I", "-B", "-u", BOOT, str(script)], workspace, timeout_s=timeout_s)
-        finally:
-            script.unlink(missing_ok=True)
+        files = [(f"{RUN_DIR}/boot.py", Path(BOOT).read_text(encoding="utf-8")), (f"{RUN_DIR}/main.py", code)]
+        argv = [sys.executable, "-I", "-B", "-u", f"{RUN_DIR}/boot.py", f"{RUN_DIR}/main.py"]
+        return await self.run(argv, workspace, timeout_s=timeout_s, files=files)
 
-    async def run_shell(self, command: str, workspace: Path, *, timeout_s: float | None = None) -> SandboxResult:
+    async def run_shell(self, command: str, workspace: Workspace, *, timeout_s: float | None = None) -> SandboxResult:
         mode = await self._mode()
-        if mode != "namespaces" and not self.settings.sandbox_allow_unisolated_shell:
+        if mode != "bwrap" and not self.settings.sandbox_allow_unisolated_shell:
             raise ToolError(
-                "the terminal is disabled: this host cannot isolate shell commands from the network and the "
-                f"file system ({self.reason}). Run the environment as root (or with CAP_SYS_ADMIN) so kernel "
-                "namespaces work, or set SANDBOX_ALLOW_UNISOLATED_SHELL=true to accept unisolated commands"
+                "the terminal is disabled: SANDBOX_ISOLATION=audit cannot keep shell commands off the network "
+                "and the file system. Use SANDBOX_ISOLATION=bwrap (bubblewrap), or set "
+                "SANDBOX_ALLOW_UNISOLATED_SHELL=true to accept unisolated commands"
             )
         shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
         return await self.run([shell, "-c", command], workspace, timeout_s=timeout_s)
@@ -157,15 +203,27 @@ class Sandbox:
         if self.mode == "unprobed":
             await asyncio.to_thread(self.probe)
         if self.mode == "unavailable":
-            raise ToolError(f"the sandbox is unavailable on this host ({self.reason}); set SANDBOX_ISOLATION=auto or audit")
+            raise ToolError(f"the code sandbox is unavailable on this host: {self.reason}")
         return self.mode
 
-    def _config(self, mode: str, workspace: str, argv: list[str], uid: int) -> dict[str, object]:
+    def _seccomp_hex(self, network: bool) -> str:
+        if network not in self._seccomp:
+            from aworld_gaia_env.sandbox_seccomp import build_filter
+
+            self._seccomp[network] = build_filter(deny_unix_sockets=network).hex()
+        return self._seccomp[network]
+
+    def _config(self, workspace: Workspace, argv: list[str], files: list[tuple[str, str]] = ()) -> dict[str, object]:  # type: ignore[assignment]
         s = self.settings
+        mode = "audit" if self.settings.sandbox_isolation == "audit" else "bwrap"
+        path = str(workspace.path)
+        venv_bin = os.path.join(sys.prefix, "bin")
         env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": workspace,
-            "TMPDIR": os.path.join(workspace, ".sandbox"),
+            "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": path,
+            "TMPDIR": "/tmp",
+            "XDG_CACHE_HOME": "/tmp/.cache",
+            "MPLCONFIGDIR": "/tmp/.matplotlib",
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
             "PYTHONIOENCODING": "utf-8",
@@ -173,65 +231,79 @@ class Sandbox:
             "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
-            "AWORLD_SANDBOX_WS": workspace,
-            "AWORLD_SANDBOX_GUARD": "none" if s.sandbox_allow_network else ("net" if mode == "namespaces" else "full"),
+            "AWORLD_SANDBOX_WS": path,
+            "AWORLD_SANDBOX_GUARD": "none" if s.sandbox_allow_network else ("net" if mode == "bwrap" else "full"),
         }
-        readable = sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(LAUNCHER)})
-        nproc = s.sandbox_max_processes
-        if mode != "namespaces":
-            nproc += _count_processes(os.getuid())  # the limit counts every process of our uid
-        return {
+        config: dict[str, object] = {
             "mode": mode,
-            "workspace": workspace,
+            "workspace": path,
             "network": s.sandbox_allow_network,
-            "readable": readable,
             "cpu_s": s.sandbox_cpu_s,
             "memory_mb": s.sandbox_memory_mb,
             "file_mb": s.sandbox_max_file_mb,
-            "nproc": nproc,
-            "uid": uid,
+            # bwrap's own two processes count against the uid's limit too
+            "nproc": s.sandbox_max_processes + (3 if mode == "bwrap" else _count_processes(os.getuid())),
+            "uid": workspace.uid,
             "argv": argv,
             "env": env,
         }
+        if mode == "audit":
+            if files:  # no private file system: the files go to a scratch directory in the workspace
+                scratch = workspace.scratch_dir()
+                config["argv"] = [a.replace(RUN_DIR, str(scratch)) for a in argv]
+                for dest, text in files:
+                    (scratch / os.path.basename(dest)).write_text(text, encoding="utf-8")
+            return config
+        etc = list(ETC_ALWAYS) + (list(ETC_NETWORK) if s.sandbox_allow_network else [])
+        binds = [["ro", "/usr", "/usr"]]
+        binds += [["ro", root, root] for root in _python_roots()]
+        binds += [["ro", f"/etc/{name}", f"/etc/{name}"] for name in etc if os.path.exists(f"/etc/{name}")]
+        binds.append(["rw", path, path])
+        uid = workspace.uid
+        config.update(
+            bwrap=self.bwrap,
+            binds=binds,
+            symlinks=[[f"/{name}", f"usr/{name}"] for name in MERGED_USR_LINKS if os.path.islink(f"/{name}")],
+            files=[
+                ["/etc/passwd", f"sandbox:x:{uid}:{uid}:sandbox:{path}:/bin/sh\n"],
+                ["/etc/group", f"sandbox:x:{uid}:\n"],
+                *[[dest, text] for dest, text in files],
+            ],
+            seccomp=self._seccomp_hex(s.sandbox_allow_network),
+        )
+        return config
 
-    def _take_uid(self) -> int:
-        with self._uids_lock:
-            while True:
-                uid = self.settings.sandbox_uid_base + next(self._uid_counter) % 50_000
-                if uid not in self._uids_in_use:
-                    self._uids_in_use.add(uid)
-                    return uid
-
-    async def run(self, argv: list[str], workspace: Path, *, timeout_s: float | None = None) -> SandboxResult:
-        mode = await self._mode()
+    async def run(
+        self, argv: list[str], workspace: Workspace, *, timeout_s: float | None = None, files: list[tuple[str, str]] = ()  # type: ignore[assignment]
+    ) -> SandboxResult:
+        await self._mode()
         s = self.settings
         timeout = min(timeout_s or s.sandbox_timeout_s, s.sandbox_timeout_s)
-        uid = self._take_uid() if mode == "namespaces" else os.getuid()
-        (workspace / ".sandbox").mkdir(exist_ok=True)
-        os.chmod(workspace / ".sandbox", 0o777)
-        config = self._config(mode, str(workspace), argv, uid)
+        config = self._config(workspace, argv, files)
         started = time.monotonic()
-        try:
+        with workspace.in_use():
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-S", "-B", LAUNCHER, json.dumps(config),
-                stdin=asyncio.subprocess.DEVNULL,
+                sys.executable, "-I", "-S", "-B", LAUNCHER,
+                stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
             )
-            result = await self._supervise(process, timeout, uid if mode == "namespaces" else None, started)
-        finally:
-            if mode == "namespaces":
-                await asyncio.to_thread(_kill_uid, uid)
-                with self._uids_lock:
-                    self._uids_in_use.discard(uid)
+            assert process.stdin is not None
+            try:
+                process.stdin.write(json.dumps(config).encode())
+                await process.stdin.drain()
+                process.stdin.close()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the launcher died early; its stderr says why
+            result = await self._supervise(process, timeout, started)
         if result.exit_code == LAUNCHER_FAILED and result.stderr.startswith("sandbox launcher:"):
+            raise ToolError(f"the sandbox could not start the command: {result.stderr.strip()}")
+        if result.exit_code == 1 and result.stderr.startswith("bwrap:"):
             raise ToolError(f"the sandbox could not start the command: {result.stderr.strip()}")
         return result
 
-    async def _supervise(
-        self, process: asyncio.subprocess.Process, timeout: float, uid: int | None, started: float
-    ) -> SandboxResult:
+    async def _supervise(self, process: asyncio.subprocess.Process, timeout: float, started: float) -> SandboxResult:
         cap = self.settings.sandbox_max_output_bytes
         over = asyncio.Event()
         buffers: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
@@ -265,7 +337,7 @@ class Sandbox:
                     output_limited = True
                 else:
                     timed_out = True
-                await asyncio.to_thread(_kill_group, process.pid, uid)
+                _kill_group(process.pid)
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), timeout=10)
             except TimeoutError:
@@ -276,8 +348,7 @@ class Sandbox:
             limiter.cancel()
             for reader in readers:
                 reader.cancel()
-            if process.returncode is None:
-                await asyncio.to_thread(_kill_group, process.pid, uid)
+            _kill_group(process.pid)  # whatever the command left in the launcher's group (audit mode)
         code = process.returncode
         note = ""
         s = self.settings
@@ -291,11 +362,19 @@ class Sandbox:
                 note = f"killed by signal {signal.Signals(sig).name}: CPU time limit of {s.sandbox_cpu_s} s (SANDBOX_CPU_S) reached"
             else:
                 note = f"killed by signal {signal.Signals(sig).name}"
+        elif code is not None and code > 128 and code - 128 in (signal.SIGXCPU, signal.SIGKILL):
+            # bwrap reports its command's death by signal as 128 + signal
+            name = signal.Signals(code - 128).name
+            note = f"killed by signal {name}: CPU time limit of {s.sandbox_cpu_s} s (SANDBOX_CPU_S) reached"
         stderr = buffers["stderr"].decode("utf-8", "replace")
         if code not in (None, 0) and ("MemoryError" in stderr or "Cannot allocate memory" in stderr):
             note = note or f"out of memory: the limit is {s.sandbox_memory_mb} MB (SANDBOX_MEMORY_MB)"
         if code not in (None, 0) and ("Resource temporarily unavailable" in stderr or "BlockingIOError" in stderr):
             note = note or f"process limit reached: at most {s.sandbox_max_processes} processes (SANDBOX_MAX_PROCESSES)"
+        if code not in (None, 0) and "No space left on device" in stderr:
+            note = note or (
+                f"the workspace is full: its quota is {s.workspace_quota_mb} MB (GAIA_ENV_WORKSPACE_QUOTA_MB)"
+            )
         return SandboxResult(
             exit_code=None if (timed_out or output_limited) else code,
             stdout=buffers["stdout"].decode("utf-8", "replace"),
@@ -307,38 +386,13 @@ class Sandbox:
         )
 
 
-def _kill_group(pid: int, uid: int | None) -> None:
+def _kill_group(pid: int) -> None:
+    """SIGKILL the launcher's process group: in bwrap mode that is bubblewrap, whose death ends
+    the sandbox's pid namespace and so every process in it (setsid'd and forked ones too)."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    if uid is not None:
-        _kill_uid(uid)
-
-
-def _kill_uid(uid: int) -> None:
-    """SIGKILL every process running as the throwaway ``uid`` (catches setsid'd and forked children)."""
-    for _ in range(100):
-        found = False
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/status") as handle:
-                    zombie = False
-                    for line in handle:
-                        if line.startswith("State:"):
-                            zombie = "Z" in line.split()[1]  # dead already; only its parent can reap it
-                        elif line.startswith("Uid:"):
-                            if int(line.split()[1]) == uid and not zombie:
-                                found = True
-                                os.kill(int(entry.name), signal.SIGKILL)
-                            break
-            except (OSError, ValueError):
-                continue
-        if not found:
-            return
-        time.sleep(0.01)
 
 
 def _count_processes(uid: int) -> int:

@@ -1,15 +1,20 @@
-"""The sandbox's launcher: a fresh, single-threaded process that isolates itself, then execs.
+"""The sandbox's launcher: a fresh, single-threaded process that prepares, drops root and execs.
 
-Run as ``python -I -S -B sandbox_launch.py '<json config>'`` by :mod:`aworld_gaia_env.sandbox`
-(never imported by the server: setting up namespaces from a forked thread of a busy server is
-unsafe, so the work happens here, in a process that has nothing else running).
+Run as ``python -I -S -B sandbox_launch.py`` with its JSON config on stdin (so neither the
+command nor the snippet shows in ``/proc/*/cmdline`` or hits the argument size limit) by
+:mod:`aworld_gaia_env.sandbox`
+(never imported by the server: changing namespaces, credentials and limits from a forked thread
+of a busy server is unsafe, so the work happens here, in a process that has nothing else running).
 
-In ``namespaces`` mode (root needed): new mount and network namespaces; every mount is remounted
-read-only except a bind mount of the workspace; directories on the way to the workspace or the
-interpreter that a stranger may not traverse (``/root``) are replaced by a tmpfs that shows only
-those paths; then the process drops to a throwaway uid (so ``RLIMIT_NPROC`` applies and
-root-only files are unreadable) and execs the command. In ``audit`` mode only the resource
-limits apply here; the Python bootstrap adds its audit hook.
+``bwrap`` mode. As root, the launcher first gets a private mount namespace and binds what the
+sandbox may see (the interpreter's prefixes, the episode's workspace, a few ``/etc`` files) into
+a staging tmpfs that an unprivileged user can traverse: bubblewrap resolves its sources as the
+user it runs as, and the sources may lie under directories only root can enter (``/root``,
+the 0700 workspace root). It joins a cgroup when one is writable, sets the resource limits,
+drops to the episode's uid and execs ``bwrap``, which builds the sandbox from the staged paths
+in fresh user, mount, pid, network, ipc, uts and cgroup namespaces and loads the seccomp filter
+(given as hex, written to a memfd for ``--seccomp``). ``audit`` mode (the explicit opt-out):
+only the resource limits apply here; the Python bootstrap adds its audit hook.
 
 Exit code 125 means the launcher itself failed (its reason is on stderr).
 """
@@ -18,16 +23,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import resource
 import stat
 import sys
 
 CLONE_NEWNS = 0x00020000
-CLONE_NEWNET = 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-_FLAG_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
+MS_NOSUID, MS_NODEV = 2, 4
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+STAGE = "/tmp"  # always present and traversable; covered by a tmpfs in the launcher's own mount namespace
 
 
 def _fail(message: str) -> None:
@@ -44,80 +47,42 @@ def _libc():
     return libc, ctypes
 
 
-def _mount(libc, ctypes, source, target, fstype, flags, data=None) -> int:
+def _mount(libc, ctypes, source, target, fstype, flags, data=None) -> None:
     enc = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
     if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
-        return ctypes.get_errno()
-    return 0
+        err = ctypes.get_errno()
+        _fail(f"mount {source} on {target} failed: {os.strerror(err)}")
 
 
-def _unescape(field: str) -> str:
-    """Mount points in mountinfo escape space, tab, newline and backslash as octal (\\040)."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def _mounts() -> list[tuple[str, int]]:
-    result = []
-    with open("/proc/self/mountinfo") as handle:
-        for line in handle:
-            fields = line.split()
-            flags = 0
-            for option in fields[5].split(","):
-                flags |= _FLAG_OPTIONS.get(option, 0)
-            result.append((_unescape(fields[4]), flags))
-    return result
-
-
-def _expose(libc, ctypes, needed: list[str]) -> None:
-    """Make each needed path traversable by a stranger without showing what else lies beside it."""
-    hidden: dict[str, set[str]] = {}
-    for path in needed:
-        parts = [p for p in path.split("/") if p]
-        current = "/"
-        for part in parts:
-            mode = os.stat(current).st_mode
-            if not mode & stat.S_IXOTH:
-                hidden.setdefault(current, set()).add(part)
-            current = os.path.join(current, part)
-    # outermost first, so an inner directory is handled through the view the outer one left
-    for directory in sorted(hidden, key=lambda d: d.count("/")):
-        keep = sorted(hidden[directory])
-        fds = {name: os.open(os.path.join(directory, name), os.O_PATH) for name in keep}
-        kinds = {name: stat.S_ISDIR(os.fstat(fd).st_mode) for name, fd in fds.items()}
-        err = _mount(libc, ctypes, "tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
-        if err:
-            _fail(f"cannot mount a tmpfs over {directory}: {os.strerror(err)}")
-        for name, fd in fds.items():
-            target = os.path.join(directory, name)
-            if kinds[name]:
-                os.mkdir(target)
-            else:
-                open(target, "w").close()
-            err = _mount(libc, ctypes, f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
-            if err:
-                _fail(f"cannot bind {target} back into view: {os.strerror(err)}")
-            os.close(fd)
-
-
-def _isolate(cfg: dict) -> None:
+def _stage(binds: list[list[str]]) -> list[list[str]]:
+    """Bind every source into a staging tmpfs; return the binds with staged sources."""
     libc, ctypes = _libc()
-    workspace = cfg["workspace"]
-    flags = CLONE_NEWNS | (0 if cfg["network"] else CLONE_NEWNET)
-    if libc.unshare(flags) != 0:
-        _fail(f"unshare failed: {os.strerror(ctypes.get_errno())} (namespaces need root or CAP_SYS_ADMIN)")
-    err = _mount(libc, ctypes, None, "/", None, MS_REC | MS_PRIVATE)
-    if err:
-        _fail(f"cannot make mounts private: {os.strerror(err)}")
-    _expose(libc, ctypes, [workspace, *cfg.get("readable", [])])
-    err = _mount(libc, ctypes, workspace, workspace, None, MS_BIND | MS_REC)
-    if err:
-        _fail(f"cannot bind the workspace {workspace}: {os.strerror(err)}")
-    for target, extra in _mounts():
-        if target == workspace or target.startswith(workspace + "/"):
-            continue
-        err = _mount(libc, ctypes, None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | extra)
-        if err and target == "/":
-            _fail(f"cannot make / read-only: {os.strerror(err)}")
+    if libc.unshare(CLONE_NEWNS) != 0:
+        _fail(f"unshare(CLONE_NEWNS) failed: {os.strerror(ctypes.get_errno())}")
+    _mount(libc, ctypes, None, "/", None, MS_REC | MS_PRIVATE)
+    # sources are held open first: the staging tmpfs may cover them (a workspace under /tmp)
+    fds = [os.open(source, os.O_PATH | os.O_CLOEXEC) for _, source, _ in binds]
+    _mount(libc, ctypes, "aworld-stage", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
+    staged = []
+    for index, ((kind, _, dest), fd) in enumerate(zip(binds, fds, strict=True)):
+        target = f"{STAGE}/{index}"
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.mkdir(target)
+        else:
+            open(target, "w").close()
+        _mount(libc, ctypes, f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+        os.close(fd)
+        staged.append([kind, target, dest])
+    return staged
+
+
+def _join_cgroup(paths: list[str]) -> None:
+    for path in paths:
+        try:
+            with open(os.path.join(path, "cgroup.procs"), "w") as handle:
+                handle.write(str(os.getpid()))
+        except OSError as exc:
+            _fail(f"cannot join the cgroup {path}: {exc}")
 
 
 def _limits(cfg: dict) -> None:
@@ -132,19 +97,54 @@ def _limits(cfg: dict) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)
+    os.set_inheritable(fd, True)  # bwrap reads it after exec
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _bwrap_argv(cfg: dict, binds: list[list[str]]) -> list[str]:
+    argv = [cfg["bwrap"], "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+            "--hostname", "sandbox", "--cap-drop", "ALL"]
+    if cfg["network"]:
+        argv.append("--share-net")
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(64 * 2**20), "--tmpfs", "/dev/shm",
+             "--size", str(64 * 2**20), "--tmpfs", "/tmp"]
+    for link, target in cfg["symlinks"]:
+        argv += ["--symlink", target, link]
+    for kind, source, dest in binds:  # the workspace comes last: nothing may cover it
+        argv += ["--bind" if kind == "rw" else "--ro-bind", source, dest]
+    for dest, text in cfg["files"]:
+        argv += ["--ro-bind-data", str(_memfd("etc", text.encode())), dest]
+    argv += ["--remount-ro", "/"]  # the root tmpfs (parents of the workspace, /etc, /run) read-only
+    argv += ["--seccomp", str(_memfd("seccomp", bytes.fromhex(cfg["seccomp"])))]
+    argv += ["--chdir", cfg["workspace"], "--", *cfg["argv"]]
+    return argv
+
+
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
-    if cfg["mode"] == "namespaces":
-        _isolate(cfg)
-    os.umask(0)
+    cfg = json.loads(sys.stdin.buffer.read())
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # the command's stdin: empty
+    os.close(null)
+    binds = cfg.get("binds", [])
+    if cfg["mode"] == "bwrap" and os.geteuid() == 0:
+        binds = _stage(binds)
+    _join_cgroup(cfg.get("cgroups", []))
+    os.umask(0o022)
     _limits(cfg)
-    if cfg["mode"] == "namespaces":
+    if cfg["mode"] == "bwrap" and os.geteuid() == 0 and int(cfg["uid"]) != 0:
         uid = int(cfg["uid"])
         os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    os.chdir(cfg["workspace"])
-    argv = cfg["argv"]
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    if cfg["mode"] == "bwrap":
+        argv = _bwrap_argv(cfg, binds)
+    else:
+        os.chdir(cfg["workspace"])
+        argv = cfg["argv"]
     try:
         os.execve(argv[0], argv, cfg["env"])
     except OSError as exc:
@@ -154,5 +154,7 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
+    except SystemExit:
+        raise
     except Exception as exc:  # anything before exec is a launcher failure, said plainly
         _fail(f"{type(exc).__name__}: {exc}")

@@ -12,6 +12,7 @@ the MCP session id (handshake-era clients), else a shared workspace (logged once
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
@@ -73,7 +74,16 @@ class GaiaEnvironment:
         self.tools: dict[str, ToolDef] = {t.full_name: t for tools in self.servers.values() for t in tools}
         self._tool_entries: dict[str, types.Tool] = {name: self._describe(t) for name, t in self.tools.items()}
         self._list_cache: dict[frozenset[str] | None, types.ListToolsResult] = {}
-        self.workspaces = WorkspaceManager(settings.workspace_root)
+        try:
+            self.workspaces = WorkspaceManager(
+                settings.workspace_root,
+                quota_mb=settings.workspace_quota_mb,
+                uid_base=settings.sandbox_uid_base,
+                idle_s=settings.workspace_idle_s,
+            )
+        except (ValueError, OSError) as exc:
+            raise ConfigurationError(str(exc)) from None
+        _mask_secrets(settings, token)
         self.services = Services(settings)
         self._warned_shared = False
         self._gaia_files: dict[str, str] | None = None
@@ -184,8 +194,9 @@ class GaiaEnvironment:
                 if problem is not None:
                     raise problem
             args = tool.parse(params.arguments)
-            context = ToolContext(self.settings, self.workspace_for(ctx.request), self.services)
-            output = await tool.handler(context, args)
+            workspace = self.workspace_for(ctx.request)
+            with workspace.in_use():
+                output = await tool.handler(ToolContext(self.settings, workspace, self.services), args)
         except ToolError as exc:
             logger.info("tool %s -> error: %s", params.name, exc)
             return types.CallToolResult(content=[types.TextContent(text=str(exc))], is_error=True)
@@ -218,10 +229,25 @@ class GaiaEnvironment:
 
         mode = await anyio.to_thread.run_sync(self.services.sandbox.probe)
         logger.info("sandbox isolation: %s", mode)
+        sweeper = asyncio.ensure_future(self._sweep_idle_workspaces())
         try:
             yield {}
         finally:
+            sweeper.cancel()
             await self.services.close()
+            await anyio.to_thread.run_sync(self.workspaces.close)
+
+    async def _sweep_idle_workspaces(self) -> None:
+        """Episodes rarely say they ended: remove workspaces idle for GAIA_ENV_WORKSPACE_IDLE_S."""
+        idle = self.workspaces.idle_s
+        if idle <= 0:
+            return
+        while True:
+            await asyncio.sleep(min(60.0, max(idle / 4, 0.5)))
+            try:
+                await asyncio.to_thread(self.workspaces.sweep)
+            except Exception:  # the sweep must not stop; a failure is logged and retried
+                logger.exception("removing idle workspaces failed")
 
     async def _health(self, request: Request) -> Response:
         return JSONResponse(
@@ -231,6 +257,7 @@ class GaiaEnvironment:
                 "servers": sorted(self.servers),
                 "tools": len(self.tools),
                 "sandbox": self.services.sandbox.mode,
+                "workspace_quota_mb": self.settings.workspace_quota_mb,
             }
         )
 
@@ -248,10 +275,10 @@ class GaiaEnvironment:
             chunks.append(chunk)
         try:
             workspace, _ = self.workspaces.get(request.path_params["episode"])
-            target = workspace.add_file(request.path_params["name"], b"".join(chunks))
+            rel = workspace.add_file(request.path_params["name"], b"".join(chunks))
         except ToolError as exc:
             return _json_error(400, str(exc))
-        return JSONResponse({"path": str(target.relative_to(workspace.path)), "bytes": size}, status_code=201)
+        return JSONResponse({"path": rel, "bytes": size}, status_code=201)
 
     async def _delete_workspace(self, request: Request) -> Response:
         try:
@@ -332,6 +359,15 @@ async def _send_json(send: Any, status: int, body: dict[str, Any], extra_headers
 
 def _json_error(status: int, detail: str) -> Response:
     return JSONResponse({"error": detail}, status_code=status)
+
+
+def _mask_secrets(settings: GaiaEnvSettings, token: str) -> None:
+    """The bearer token and every key in the settings come out as ``***`` in this process's logs."""
+    from aworld_core.secrets import install_log_masking, register_secrets
+
+    keys = [value for name, value in settings.model_dump().items() if name.endswith("_api_key") or name == "google_cse_id"]
+    register_secrets([token, *keys])
+    install_log_masking()
 
 
 def _result(output: str | ToolOutput) -> types.CallToolResult:

@@ -12,8 +12,7 @@ import ipaddress
 import json
 import socket
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urljoin, urlsplit
 
 from aworld_gaia_env.errors import MissingConfigError, ToolError
@@ -161,8 +160,9 @@ class Services:
         except aiohttp.ClientError as exc:
             raise ToolError(f"{service} failed: {_safe_url(current)}: {type(exc).__name__}: {exc}") from None
 
-    async def download_to(self, url: str, target: Path, *, max_bytes: int, timeout_s: float) -> FetchResult:
-        """Stream ``url`` into ``target`` (at most ``max_bytes``; a larger body is an error)."""
+    async def download_to(self, url: str, out: BinaryIO, *, max_bytes: int, timeout_s: float) -> FetchResult:
+        """Stream ``url`` into ``out`` (at most ``max_bytes``; a larger body is an error, and the
+        caller discards the partial file)."""
         import aiohttp
 
         session = await self.session()
@@ -185,20 +185,14 @@ class Services:
                             f"{max_bytes} bytes (DOWNLOAD_MAX_BYTES)"
                         )
                     size = 0
-                    partial = target.with_name(target.name + ".part")
-                    try:
-                        with partial.open("wb") as out:
-                            async for chunk in response.content.iter_chunked(64 * 1024):
-                                size += len(chunk)
-                                if size > max_bytes:
-                                    raise ToolError(
-                                        f"download stopped: {_safe_url(current)} sent more than the limit of "
-                                        f"{max_bytes} bytes (DOWNLOAD_MAX_BYTES); nothing was kept"
-                                    )
-                                out.write(chunk)
-                        partial.replace(target)
-                    finally:
-                        partial.unlink(missing_ok=True)
+                    async for chunk in response.content.iter_chunked(64 * 1024):
+                        size += len(chunk)
+                        if size > max_bytes:
+                            raise ToolError(
+                                f"download stopped: {_safe_url(current)} sent more than the limit of "
+                                f"{max_bytes} bytes (DOWNLOAD_MAX_BYTES); nothing was kept"
+                            )
+                        out.write(chunk)
                     return FetchResult(
                         str(response.url), response.status, response.headers.get("Content-Type", ""), b"", False
                     )

@@ -35,6 +35,11 @@ class GaiaEnvSettings(BaseSettings):
         validation_alias=_env("MCP_SERVER_TOKEN", "token"),
         description="Bearer token clients must send; random per start when unset.",
     )
+    token_file: Path | None = Field(
+        default=None,
+        validation_alias=_env("MCP_SERVER_TOKEN_FILE", "token_file"),
+        description="A file holding the bearer token (first line); wins over MCP_SERVER_TOKEN.",
+    )
     servers: str = Field(
         default="",
         validation_alias=_env("GAIA_ENV_SERVERS", "servers"),
@@ -43,6 +48,18 @@ class GaiaEnvSettings(BaseSettings):
     workspace_root: Path = Field(
         default=Path("gaia_workspaces"),
         validation_alias=_env("GAIA_ENV_WORKSPACE", "workspace_root"),
+    )
+    workspace_quota_mb: int = Field(
+        default=1024,
+        ge=0,
+        validation_alias=_env("GAIA_ENV_WORKSPACE_QUOTA_MB", "workspace_quota_mb"),
+        description="Size of each episode's workspace (its own tmpfs; needs root); 0: no quota, a plain directory.",
+    )
+    workspace_idle_s: float = Field(
+        default=3600.0,
+        ge=0,
+        validation_alias=_env("GAIA_ENV_WORKSPACE_IDLE_S", "workspace_idle_s"),
+        description="Remove a workspace after this many seconds without a call; 0: only on DELETE and at shutdown.",
     )
     tls_terminated: bool = Field(
         default=False,
@@ -69,18 +86,23 @@ class GaiaEnvSettings(BaseSettings):
     sandbox_allow_network: bool = Field(
         default=False, validation_alias=_env("SANDBOX_ALLOW_NETWORK", "sandbox_allow_network")
     )
-    sandbox_isolation: Literal["auto", "namespaces", "audit"] = Field(
-        default="auto",
+    sandbox_isolation: Literal["bwrap", "audit"] = Field(
+        default="bwrap",
         validation_alias=_env("SANDBOX_ISOLATION", "sandbox_isolation"),
-        description="namespaces: kernel network/mount namespaces and a throwaway uid (needs root); "
-        "audit: rlimits plus a Python audit hook; auto: namespaces when they work.",
+        description="bwrap: each run in fresh bubblewrap namespaces under seccomp (the code tools refuse when it "
+        "cannot be set up); audit: rlimits plus a Python audit hook only, an opt-out for trusted local use.",
     )
     sandbox_allow_unisolated_shell: bool = Field(
         default=False,
         validation_alias=_env("SANDBOX_ALLOW_UNISOLATED_SHELL", "sandbox_allow_unisolated_shell"),
         description="Let the terminal run when only the audit-hook sandbox is available (no kernel isolation).",
     )
-    sandbox_uid_base: int = Field(default=200_000, ge=1000, validation_alias=_env("SANDBOX_UID_BASE", "sandbox_uid_base"))
+    sandbox_uid_base: int = Field(
+        default=200_000,
+        ge=1000,
+        validation_alias=_env("SANDBOX_UID_BASE", "sandbox_uid_base"),
+        description="Episodes' sandboxes run as this uid + a slot (one uid per live episode; as root).",
+    )
 
     # --- documents, downloads, web ---------------------------------------------------------------
     doc_max_chars: int = Field(default=20_000, ge=100, validation_alias=_env("DOC_MAX_CHARS", "doc_max_chars"))

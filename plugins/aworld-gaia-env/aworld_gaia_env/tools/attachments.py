@@ -51,8 +51,8 @@ async def gaia_attachment(ctx: ToolContext, args: AttachmentArgs) -> str:
     source = index.get(Path(args.file_name).name)
     if source is None:
         raise ToolError(f"no GAIA attachment named {args.file_name!r} in this environment's GAIA_DIR")
-    target = await asyncio.to_thread(ctx.workspace.copy_in, Path(source))
-    return f"{target.relative_to(ctx.workspace.path)} is in the workspace ({target.stat().st_size} bytes)"
+    rel, size = await asyncio.to_thread(ctx.workspace.copy_in, Path(source))
+    return f"{rel} is in the workspace ({size} bytes)"
 
 
 TOOLS = [gaia_attachment]

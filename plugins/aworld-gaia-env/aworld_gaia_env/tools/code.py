@@ -29,7 +29,7 @@ class PythonArgs(Args):
     PythonArgs,
 )
 async def run_python(ctx: ToolContext, args: PythonArgs) -> str:
-    result = await ctx.services.sandbox.run_python(args.code, ctx.workspace.path, timeout_s=args.timeout_s)
+    result = await ctx.services.sandbox.run_python(args.code, ctx.workspace, timeout_s=args.timeout_s)
     return result.render()
 
 
@@ -76,12 +76,13 @@ class ShellArgs(Args):
 @tool(
     "terminal",
     "run_command",
-    "Run a shell command in the episode's workspace (no network; the rest of the file system is read-only; "
+    "Run a shell command in the episode's workspace (no network; only the system's programs are visible besides it, "
+    "read-only; "
     "limited CPU time, memory, processes and output). Returns the exit code, stdout and stderr.",
     ShellArgs,
 )
 async def run_command(ctx: ToolContext, args: ShellArgs) -> str:
-    result = await ctx.services.sandbox.run_shell(args.command, ctx.workspace.path, timeout_s=args.timeout_s)
+    result = await ctx.services.sandbox.run_shell(args.command, ctx.workspace, timeout_s=args.timeout_s)
     return result.render()
 
 

@@ -13,8 +13,8 @@ import csv
 import io
 import json
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from pathlib import PurePosixPath
+from typing import Any, BinaryIO
 
 from pydantic import Field
 
@@ -59,17 +59,24 @@ def markdown_table(rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-async def _in_thread(fn: Callable[..., str], *args: Any) -> str:
-    return await asyncio.to_thread(fn, *args)
-
-
-def _open_doc(ctx: ToolContext, path: str, suffixes: tuple[str, ...], reader: str) -> Path:
-    target = ctx.workspace.resolve(path, must_exist=True)
-    if target.is_dir():
-        raise ToolError(f"{path!r} is a directory; files in the workspace: {ctx.workspace.listing()}")
-    if suffixes and target.suffix.lower() not in suffixes:
+def _read_doc(ctx: ToolContext, path: str, suffixes: tuple[str, ...], reader: str, kind: str, fn: Callable[..., str], *extra: Any) -> Any:
+    """Open ``path`` race-free (see :mod:`aworld_gaia_env.workspace`) and run ``fn(handle, name, *extra)``
+    in a worker thread, so a large file does not stall other sessions."""
+    rel = ctx.workspace.relative(path)
+    suffix = PurePosixPath(rel).suffix.lower()
+    if suffixes and suffix not in suffixes:
         raise ToolError(f"{reader} reads {', '.join(suffixes)} files; {path!r} is not one (pick the matching documents-* tool)")
-    return target
+
+    def work() -> str:
+        with ctx.workspace.open_file(path) as (handle, opened):
+            try:
+                return fn(handle, PurePosixPath(opened).name, *extra)
+            except ToolError:
+                raise
+            except Exception as exc:
+                raise _broken(kind, path, exc) from None
+
+    return asyncio.to_thread(work)
 
 
 def _broken(kind: str, path: str, exc: Exception) -> ToolError:
@@ -88,8 +95,8 @@ class CsvArgs(Args):
     delimiter: str | None = Field(default=None, description="Column separator; sniffed when omitted.")
 
 
-def _read_csv(target: Path, args: CsvArgs, limit: int) -> str:
-    raw = target.read_bytes()
+def _read_csv(handle: BinaryIO, name: str, args: CsvArgs, limit: int) -> str:
+    raw = handle.read()
     text = raw.decode("utf-8-sig", errors="replace")
     delimiter = args.delimiter
     if not delimiter:
@@ -99,12 +106,12 @@ def _read_csv(target: Path, args: CsvArgs, limit: int) -> str:
             delimiter = ","
     rows = list(csv.reader(io.StringIO(text), delimiter=delimiter))
     if not rows:
-        return f"{target.name}: empty file"
+        return f"{name}: empty file"
     header, data = rows[0], rows[1:]
     start = args.start_row - 1
     shown = data[start : start + args.max_rows]
     body = markdown_table([header, *shown])
-    head = f"{target.name}: {len(data)} data rows, {len(header)} columns; showing rows {start + 1}-{start + len(shown)}\n\n"
+    head = f"{name}: {len(data)} data rows, {len(header)} columns; showing rows {start + 1}-{start + len(shown)}\n\n"
     more = ""
     if start + len(shown) < len(data):
         more = f"\n\n[{len(data) - start - len(shown)} more rows: call again with start_row={start + len(shown) + 1}]"
@@ -113,13 +120,7 @@ def _read_csv(target: Path, args: CsvArgs, limit: int) -> str:
 
 @tool("documents-csv", "read_csv", "Read a CSV/TSV file from the workspace as a markdown table, a page of rows at a time.", CsvArgs)
 async def read_csv(ctx: ToolContext, args: CsvArgs) -> str:
-    target = _open_doc(ctx, args.path, (".csv", ".tsv", ".txt"), "documents-csv")
-    try:
-        return await _in_thread(_read_csv, target, args, ctx.settings.doc_max_chars)
-    except ToolError:
-        raise
-    except Exception as exc:
-        raise _broken("CSV", args.path, exc) from None
+    return await _read_doc(ctx, args.path, (".csv", ".tsv", ".txt"), "documents-csv", "CSV", _read_csv, args, ctx.settings.doc_max_chars)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,14 +135,14 @@ class XlsxArgs(Args):
     max_rows: int = Field(default=200, ge=1, le=10000, description="At most this many rows.")
 
 
-def _read_xlsx(target: Path, args: XlsxArgs, limit: int) -> str:
+def _read_xlsx(handle: BinaryIO, name: str, args: XlsxArgs, limit: int) -> str:
     import openpyxl
 
-    book = openpyxl.load_workbook(target, read_only=True, data_only=True)
+    book = openpyxl.load_workbook(handle, read_only=True, data_only=True)
     try:
         names = book.sheetnames
         if args.sheet is not None and args.sheet not in names:
-            raise ToolError(f"no sheet {args.sheet!r} in {target.name}; sheets: {names}")
+            raise ToolError(f"no sheet {args.sheet!r} in {name}; sheets: {names}")
         sheet = book[args.sheet or names[0]]
         if args.cell_range:
             try:
@@ -160,7 +161,7 @@ def _read_xlsx(target: Path, args: XlsxArgs, limit: int) -> str:
         total = len(rows)
         shown = rows[: args.max_rows]
         head = (
-            f"{target.name}: sheets {names}; sheet '{sheet.title}'"
+            f"{name}: sheets {names}; sheet '{sheet.title}'"
             + (f", range {args.cell_range}" if args.cell_range else "")
             + f": {total} rows, showing {len(shown)}\n\n"
         )
@@ -178,18 +179,14 @@ def _read_xlsx(target: Path, args: XlsxArgs, limit: int) -> str:
     XlsxArgs,
 )
 async def read_excel(ctx: ToolContext, args: XlsxArgs) -> str:
-    target = _open_doc(ctx, args.path, (".xlsx", ".xlsm", ".xls"), "documents-xlsx")
-    if target.suffix.lower() == ".xls":
+    if args.path.strip().lower().endswith(".xls"):
         raise ToolError(
             f"{args.path!r} is a legacy .xls workbook, which this reader does not open; convert it with the "
             f"terminal (e.g. libreoffice --headless --convert-to xlsx) or read it with pandas in intelligence-code"
         )
-    try:
-        return await _in_thread(_read_xlsx, target, args, ctx.settings.doc_max_chars)
-    except ToolError:
-        raise
-    except Exception as exc:
-        raise _broken("an Excel workbook", args.path, exc) from None
+    return await _read_doc(
+        ctx, args.path, (".xlsx", ".xlsm"), "documents-xlsx", "an Excel workbook", _read_xlsx, args, ctx.settings.doc_max_chars
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,12 +200,12 @@ class DocxArgs(Args):
     max_blocks: int = Field(default=400, ge=1, le=10000, description="How many paragraphs/tables to show.")
 
 
-def _read_docx(target: Path, args: DocxArgs, limit: int) -> str:
+def _read_docx(handle: BinaryIO, name: str, args: DocxArgs, limit: int) -> str:
     import docx
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
-    document = docx.Document(str(target))
+    document = docx.Document(handle)
     blocks: list[str] = []
     for child in document.element.body.iterchildren():
         tag = child.tag.rsplit("}", 1)[-1]
@@ -230,20 +227,14 @@ def _read_docx(target: Path, args: DocxArgs, limit: int) -> str:
             blocks.append(markdown_table([[cell.text for cell in row.cells] for row in table.rows]))
     start = args.start_block - 1
     shown = blocks[start : start + args.max_blocks]
-    head = f"{target.name}: {len(blocks)} blocks (paragraphs and tables); showing {start + 1}-{start + len(shown)}\n\n"
+    head = f"{name}: {len(blocks)} blocks (paragraphs and tables); showing {start + 1}-{start + len(shown)}\n\n"
     more = f"\n\n[more: call again with start_block={start + len(shown) + 1}]" if start + len(shown) < len(blocks) else ""
     return truncate(head + "\n\n".join(shown) + more, limit, "use start_block/max_blocks to page")
 
 
 @tool("documents-docx", "read_docx", "Read a Word document (.docx) from the workspace as markdown (headings, lists, tables).", DocxArgs)
 async def read_docx(ctx: ToolContext, args: DocxArgs) -> str:
-    target = _open_doc(ctx, args.path, (".docx",), "documents-docx")
-    try:
-        return await _in_thread(_read_docx, target, args, ctx.settings.doc_max_chars)
-    except ToolError:
-        raise
-    except Exception as exc:
-        raise _broken("a Word document", args.path, exc) from None
+    return await _read_doc(ctx, args.path, (".docx",), "documents-docx", "a Word document", _read_docx, args, ctx.settings.doc_max_chars)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,13 +247,13 @@ class PptxArgs(Args):
     slides: str | None = Field(default=None, description="Slides to read, e.g. '1-3,5'; all when omitted.")
 
 
-def _read_pptx(target: Path, args: PptxArgs, limit: int) -> str:
+def _read_pptx(handle: BinaryIO, name: str, args: PptxArgs, limit: int) -> str:
     from pptx import Presentation
 
-    deck = Presentation(str(target))
+    deck = Presentation(handle)
     slides = list(deck.slides)
     chosen = parse_selection(args.slides, len(slides), "slide")
-    parts = [f"{target.name}: {len(slides)} slides"]
+    parts = [f"{name}: {len(slides)} slides"]
     for number in chosen:
         slide = slides[number - 1]
         lines = [f"## Slide {number}"]
@@ -283,13 +274,7 @@ def _read_pptx(target: Path, args: PptxArgs, limit: int) -> str:
 
 @tool("documents-pptx", "read_pptx", "Read a PowerPoint deck (.pptx) from the workspace: text, tables and notes per slide.", PptxArgs)
 async def read_pptx(ctx: ToolContext, args: PptxArgs) -> str:
-    target = _open_doc(ctx, args.path, (".pptx",), "documents-pptx")
-    try:
-        return await _in_thread(_read_pptx, target, args, ctx.settings.doc_max_chars)
-    except ToolError:
-        raise
-    except Exception as exc:
-        raise _broken("a PowerPoint deck", args.path, exc) from None
+    return await _read_doc(ctx, args.path, (".pptx",), "documents-pptx", "a PowerPoint deck", _read_pptx, args, ctx.settings.doc_max_chars)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,10 +287,10 @@ class PdfArgs(Args):
     pages: str | None = Field(default=None, description="Pages to read, e.g. '1-3,7'; all when omitted.")
 
 
-def pdf_text(data: bytes | Path, pages: str | None, limit: int, name: str) -> str:
+def pdf_text(data: bytes | BinaryIO, pages: str | None, limit: int, name: str) -> str:
     from pypdf import PdfReader
 
-    reader = PdfReader(io.BytesIO(data) if isinstance(data, bytes) else str(data))
+    reader = PdfReader(io.BytesIO(data) if isinstance(data, bytes) else data)
     if reader.is_encrypted:
         try:
             reader.decrypt("")
@@ -322,13 +307,10 @@ def pdf_text(data: bytes | Path, pages: str | None, limit: int, name: str) -> st
 
 @tool("documents-pdf", "read_pdf", "Read the text of a PDF from the workspace, page by page.", PdfArgs)
 async def read_pdf(ctx: ToolContext, args: PdfArgs) -> str:
-    target = _open_doc(ctx, args.path, (".pdf",), "documents-pdf")
-    try:
-        return await _in_thread(pdf_text, target, args.pages, ctx.settings.doc_max_chars, target.name)
-    except ToolError:
-        raise
-    except Exception as exc:
-        raise _broken("a PDF", args.path, exc) from None
+    def read(handle: BinaryIO, name: str) -> str:
+        return pdf_text(handle, args.pages, ctx.settings.doc_max_chars, name)
+
+    return await _read_doc(ctx, args.path, (".pdf",), "documents-pdf", "a PDF", read)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,12 +327,12 @@ class TextArgs(Args):
     html_as_text: bool = Field(default=True, description="For HTML: show the page's main text instead of markup.")
 
 
-def _read_text(target: Path, args: TextArgs, limit: int) -> str:
-    raw = target.read_bytes()
+def _read_text(handle: BinaryIO, name: str, args: TextArgs, limit: int) -> str:
+    raw = handle.read()
     if b"\x00" in raw[:4096]:
-        raise ToolError(f"{target.name} looks binary, not text; use the matching documents-* reader or intelligence-code")
+        raise ToolError(f"{name} looks binary, not text; use the matching documents-* reader or intelligence-code")
     text = raw.decode("utf-8-sig", errors="replace")
-    suffix = target.suffix.lower()
+    suffix = PurePosixPath(name).suffix.lower()
     note = ""
     if suffix in (".html", ".htm") and args.html_as_text:
         title, text = html_to_text(text)
@@ -363,7 +345,7 @@ def _read_text(target: Path, args: TextArgs, limit: int) -> str:
     lines = text.splitlines()
     start = args.start_line - 1
     shown = lines[start : start + args.max_lines]
-    head = f"{target.name}: {len(lines)} lines{note}; showing {start + 1}-{start + len(shown)}\n\n"
+    head = f"{name}: {len(lines)} lines{note}; showing {start + 1}-{start + len(shown)}\n\n"
     more = f"\n\n[more: call again with start_line={start + len(shown) + 1}]" if start + len(shown) < len(lines) else ""
     return truncate(head + "\n".join(shown) + more, limit, "use start_line/max_lines to page")
 
@@ -375,33 +357,26 @@ def _read_text(target: Path, args: TextArgs, limit: int) -> str:
     TextArgs,
 )
 async def read_text(ctx: ToolContext, args: TextArgs) -> str:
-    target = _open_doc(ctx, args.path, (), "documents-txt")
-    try:
-        return await _in_thread(_read_text, target, args, ctx.settings.doc_max_chars)
-    except ToolError:
-        raise
-    except Exception as exc:
-        raise _broken("text", args.path, exc) from None
+    return await _read_doc(ctx, args.path, (), "documents-txt", "text", _read_text, args, ctx.settings.doc_max_chars)
 
 
 class ListArgs(Args):
     directory: str = Field(default=".", description="Directory in the workspace to list.")
 
 
-@tool("documents-txt", "list_files", "List the files in the episode's workspace (attachments, downloads, outputs).", ListArgs)
+@tool(
+    "documents-txt",
+    "list_files",
+    "List the files in the episode's workspace (attachments, downloads, outputs) with their sizes; symbolic links "
+    "are shown as links, not followed.",
+    ListArgs,
+)
 async def list_files(ctx: ToolContext, args: ListArgs) -> str:
-    base = ctx.workspace.resolve(args.directory, kind="directory") if args.directory not in ("", ".") else ctx.workspace.path
-    if not base.is_dir():
-        raise ToolError(f"{args.directory!r} is not a directory in the workspace")
-    entries = []
-    for path in sorted(base.rglob("*")):
-        if ".sandbox" in path.relative_to(ctx.workspace.path).parts or not path.is_file():
-            continue
-        entries.append(f"{path.relative_to(ctx.workspace.path)}\t{path.stat().st_size} bytes")
-        if len(entries) >= 500:
-            entries.append("... (more files not shown)")
-            break
-    return "\n".join(entries) if entries else "(the workspace is empty)"
+    entries, more = await asyncio.to_thread(ctx.workspace.walk, args.directory)
+    lines = [f"{name}\t{size} bytes" if size is not None else f"{name}\t(symbolic link, not followed)" for name, size in entries]
+    if more:
+        lines.append("... (more files not shown)")
+    return "\n".join(lines) if lines else "(the workspace is empty)"
 
 
 TOOLS = [read_csv, read_excel, read_docx, read_pptx, read_pdf, read_text, list_files]

@@ -7,9 +7,11 @@ is still listed and answers with an error naming the variables to set.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import mimetypes
 from collections.abc import Callable
+from pathlib import PurePosixPath
 
 from pydantic import Field
 
@@ -108,11 +110,8 @@ async def ask_image(ctx: ToolContext, args: ImageArgs) -> str | ToolOutput:
     if (args.path is None) == (args.url is None):
         raise ToolError("give exactly one of 'path' (a workspace file) or 'url'")
     if args.path is not None:
-        target = ctx.workspace.resolve(args.path, must_exist=True)
-        if target.stat().st_size > _IMAGE_MAX_BYTES:
-            raise ToolError(f"{args.path!r} is larger than {_IMAGE_MAX_BYTES} bytes; shrink it first")
-        data = target.read_bytes()
-        mime = mimetypes.guess_type(target.name)[0] or "image/png"
+        data = await asyncio.to_thread(ctx.workspace.read_bytes, args.path, max_bytes=_IMAGE_MAX_BYTES, kind="image")
+        mime = mimetypes.guess_type(PurePosixPath(args.path).name)[0] or "image/png"
     else:
         result = await ctx.services.fetch(args.url, service="image download", untrusted=True, max_bytes=_IMAGE_MAX_BYTES)
         data = result.body
@@ -152,14 +151,15 @@ class AudioArgs(Args):
 async def transcribe(ctx: ToolContext, args: AudioArgs) -> str:
     import aiohttp
 
-    target = ctx.workspace.resolve(args.path, must_exist=True)
+    data = await asyncio.to_thread(ctx.workspace.read_bytes, args.path, kind="audio file")
+    name = PurePosixPath(args.path).name
     endpoint = ctx.services.llm_endpoint("audio", "media-audio__transcribe")
     form = aiohttp.FormData()
     form.add_field("model", endpoint.model)
     if args.language:
         form.add_field("language", args.language)
     form.add_field(
-        "file", target.read_bytes(), filename=target.name, content_type=mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+        "file", data, filename=name, content_type=mimetypes.guess_type(name)[0] or "application/octet-stream"
     )
     headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
     result = await ctx.services.fetch(

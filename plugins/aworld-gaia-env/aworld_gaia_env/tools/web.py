@@ -68,14 +68,13 @@ def _filename_from(url: str) -> str:
 )
 async def download_file(ctx: ToolContext, args: DownloadArgs) -> str:
     name = args.filename or _filename_from(args.url)
-    target = ctx.workspace.resolve(name)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    result = await ctx.services.download_to(
-        args.url, target, max_bytes=ctx.settings.download_max_bytes, timeout_s=ctx.settings.http_timeout_s * 4
-    )
-    size = target.stat().st_size
+    with ctx.workspace.writing(name) as (out, rel):  # race-free, renamed into place only when complete
+        result = await ctx.services.download_to(
+            args.url, out, max_bytes=ctx.settings.download_max_bytes, timeout_s=ctx.settings.http_timeout_s * 4
+        )
+        size = out.tell()
     kind = result.content_type.split(";")[0] or "unknown"
-    return f"saved {target.relative_to(ctx.workspace.path)} ({size} bytes, content type {kind}) from {result.url}"
+    return f"saved {rel} ({size} bytes, content type {kind}) from {result.url}"
 
 
 class ReadWebArgs(Args):
