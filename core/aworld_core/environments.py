@@ -43,6 +43,9 @@ def running_environment(command: list[str], servers: list[str] | None = None,
         previous = {k: os.environ.get(k) for k in ("MCP_SERVER_URL", "MCP_SERVER_TOKEN", "MCP_SERVERS")}
         os.environ["MCP_SERVER_URL"] = info["url"]
         os.environ["MCP_SERVER_TOKEN"] = str(info.get("token") or "")
+        from aworld_core.secrets import register_secret
+
+        register_secret(str(info.get("token") or ""))  # masked in logs and errors from here on
         if servers:
             os.environ["MCP_SERVERS"] = ",".join(servers)
         _refresh_settings()
