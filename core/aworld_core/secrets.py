@@ -1,9 +1,10 @@
 """Which values of a job are secrets, how they leave this process, and how they are masked.
 
-The one place that knows a job's secrets (:func:`job_secrets`): ``agent.llm_api_key``, and in
+The one place that knows a job's secrets (:func:`job_secrets`): ``agent.llm_api_key``, in
 ``agent.mcp_config`` every header of a server whose name says it carries a credential
 (``Authorization``, ``X-Api-Key``, ``*token*``, ...) and every such variable of a stdio server's
-``env`` (:func:`is_secret_name`). Nothing that leaves the process holds them:
+``env`` (:func:`is_secret_name`), and every such ``agent.options`` entry (a factory's keyword
+argument). Nothing that leaves the process holds them:
 
 * plan files and the printed plan hold an environment-variable reference, ``{"env": "NAME"}``
   (:func:`public_job_dump`); ``llm_api_key`` is left out of every dump and travels as
@@ -59,7 +60,7 @@ def _env_part(text: str) -> str:
 
 
 def mcp_env_name(server: str, header: str | None = None, env_var: str | None = None) -> str:
-    """The variable carrying a server's secret: ``AWORLD_MCP_TOKEN_<SERVER>`` for its
+    """The variable carrying an MCP server's secret: ``AWORLD_MCP_TOKEN_<SERVER>`` for its
     ``Authorization`` header, ``AWORLD_MCP_<SERVER>_HEADER_<NAME>`` for another header,
     ``AWORLD_MCP_<SERVER>_ENV_<NAME>`` for a stdio server's variable."""
     if env_var is not None:
@@ -83,6 +84,11 @@ def job_secrets(job: Any) -> list[Secret]:
     if key:
         found.append(Secret(("agent", "llm_api_key"), LLM_API_KEY_ENV, key))
     used: set[str] = {LLM_API_KEY_ENV}
+    for name, value in (getattr(job.agent, "options", None) or {}).items():
+        if isinstance(value, str) and value and is_secret_name(str(name)):
+            env = f"AWORLD_AGENT_OPTION_{_env_part(str(name))}"
+            used.add(env)
+            found.append(Secret(("agent", "options", str(name)), env, value))
     servers = _mcp_servers(job.agent.mcp_config)
     top = "mcpServers" if "mcpServers" in (job.agent.mcp_config or {}) else "mcp_servers"
     for server, conf in servers.items():

@@ -206,3 +206,23 @@ def test_registered_secrets_are_masked_in_every_log_record(caplog: pytest.LogCap
     assert_clean(text, "the log")
     assert "***" in caplog.records[0].getMessage() and "http://127.0.0.1:9/mcp" in caplog.records[0].getMessage()
     assert "RuntimeError: 401 for key ***" in caplog.text
+
+
+def test_a_secret_factory_option_travels_by_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aworld_core.agents.factory import agent_from_job
+
+    (tmp_path / "fac.py").write_text(
+        "from aworld_core import Agent\n"
+        "def make(api_key, mode):\n"
+        "    return Agent(name=f'{mode}-' + ('right' if api_key == 'opt-SECRET-0123456789' else 'wrong'))\n"
+    )
+    job = load_job_config(data={"agent": {"factory": f"{tmp_path / 'fac.py'}:make",
+                                          "options": {"api_key": "opt-SECRET-0123456789", "mode": "m"}}})
+    dump = public_job_dump(job)
+    assert dump["agent"]["options"] == {"api_key": {"env": "AWORLD_AGENT_OPTION_API_KEY"}, "mode": "m"}
+    worker_job = load_job_config(data=dump)
+    monkeypatch.delenv("AWORLD_AGENT_OPTION_API_KEY", raising=False)
+    with pytest.raises(Exception, match="agent.options.api_key refers to the environment variable AWORLD_AGENT_OPTION_API_KEY"):
+        agent_from_job(worker_job)
+    monkeypatch.setenv("AWORLD_AGENT_OPTION_API_KEY", secret_environment(job)["AWORLD_AGENT_OPTION_API_KEY"])
+    assert agent_from_job(worker_job).name == "m-right"

@@ -24,7 +24,11 @@ def agent_from_job(job: Any, settings: Any = None) -> Agent | Swarm:
         settings = get_settings()
     section = job.agent
     if section.factory:
-        return _from_factory(section.factory, dict(section.options), getattr(job, "base_dir", None))
+        from aworld_core.secrets import resolve_env_ref
+
+        # a secret option arrives as {"env": NAME} from a plan file (aworld_core.secrets)
+        options = {k: _resolved(resolve_env_ref, v, f"agent.options.{k}") for k, v in section.options.items()}
+        return _from_factory(section.factory, options, getattr(job, "base_dir", None))
     if section.options:
         raise UsageError(
             "agent.options is set but agent.factory is not: options are the factory's keyword "
@@ -56,6 +60,13 @@ def agent_from_job(job: Any, settings: Any = None) -> Agent | Swarm:
         mcp_servers=mcp_servers,
         tools=tools,
     )
+
+
+def _resolved(resolve: Any, value: Any, where: str) -> Any:
+    try:
+        return resolve(value, where)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _from_factory(ref: str, options: dict[str, Any], base_dir: str | None) -> Agent | Swarm:
