@@ -228,6 +228,14 @@ class _MaskingFactory:
         record = self.inner(*args, **kwargs)
         if _pattern is None:
             return record
+        # text arguments masked in place (formatters that unpack record.args, uvicorn's access
+        # log, keep working); anything else that still shows a secret is formatted and masked
+        if isinstance(record.msg, str):
+            record.msg = mask(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(mask(a) if isinstance(a, str) else a for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: mask(v) if isinstance(v, str) else v for k, v in record.args.items()}
         try:
             message = record.getMessage()
         except Exception:  # a bad format string: leave it for logging's own error report
