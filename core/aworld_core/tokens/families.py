@@ -41,8 +41,10 @@ class TemplateOptions(BaseModel):
         description="The terminators are the next turn's role tokens (GLM-4.5: <|user|>, <|observation|>).",
     )
     tool_parser: str | None = Field(default=None, description="Tool-call parser name; default: hermes.")
-    tool_call_id: Literal["prefix", "alnum9"] = Field(
-        default="prefix", description="Tool-call id format: 'prefix' (call_<hash>_<turn>_<i>) or 'alnum9' (Mistral)."
+    tool_call_id: Literal["prefix", "alnum9"] | None = Field(
+        default=None,
+        description="Tool-call id format: 'prefix' (call_<hash>_<turn>_<i>) or 'alnum9' (9 letters and digits, "
+        "Mistral); default: the parser's own.",
     )
     tool_arguments: Literal["dict", "json"] = Field(
         default="dict", description="Tool-call arguments given to the template as a dict or as a JSON string."
@@ -116,7 +118,7 @@ FAMILIES: dict[str, TemplateOptions] = {
         TemplateOptions(
             family="deepseek-r1",
             terminators=_DEEPSEEK_EOS,
-            tool_parser="deepseek_v3",
+            tool_parser="deepseek_r1",
             tool_arguments="json",
             limits="the generation prompt opens <think> and history drops reasoning; the sequence keeps it",
         ),

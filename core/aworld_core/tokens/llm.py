@@ -427,17 +427,11 @@ class TokenLLM:
         return parsed
 
 
-def _build_parser(spec: str | ToolParser, id_format: str) -> ToolParser:
-    """The tool parser, told the family's tool-call id format when it is not the default."""
-    if id_format == "prefix" or not isinstance(spec, str):
+def _build_parser(spec: str | ToolParser, id_format: str | None) -> ToolParser:
+    """The tool parser, told the family's tool-call id format when the family sets one."""
+    if id_format is None:
         return get_tool_parser(spec)
-    try:
-        return get_tool_parser(spec, id_format=id_format)  # type: ignore[call-arg]
-    except TypeError as exc:
-        raise UsageError(
-            f"tool parser {spec!r} cannot make {id_format!r} tool-call ids ({exc}); choose a parser that "
-            "supports the family's tool_call_id format"
-        ) from exc
+    return get_tool_parser(spec, id_format=id_format)
 
 
 def _logprobs(out: TokenOutput) -> list[float]:
