@@ -375,7 +375,7 @@ class TaskExecutor:
                     log.error("task %s: shutting down before its result could be written; it reruns", task.task_id)
                     return
                 await asyncio.sleep(min(0.2 * 2**attempt, self.config.lease_s / 4))
-                attempt += 1
+                attempt = min(attempt + 1, 16)
         if won:
             self.metrics.count_finished(status.value, time.monotonic() - run.started)
         else:
