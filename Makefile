@@ -13,6 +13,8 @@ BIN    := $(VENV)/bin
 VENVS  := .venvs
 STAMPS := .stamps
 QUIET  := -q --progress-bar off
+# the big installs print pip's own lines (what it collects and installs) so a long step shows progress
+SHOW   := --progress-bar off
 
 CORE_PKGS := -e 'core[hf,data,postgres]' -e plugins/aworld-trl -e 'plugins/aworld-gaia-env[test]' \
              -e plugins/aworld-verl -e plugins/aworld-areal -e plugins/aworld-swift \
@@ -21,7 +23,7 @@ CORE_PKGS := -e 'core[hf,data,postgres]' -e plugins/aworld-trl -e 'plugins/aworl
 # test suites that run in the core environment
 CORE_TESTS := tests/core tests/trl tests/gaia_env tests/service
 
-.PHONY: help venv envs test test-core test-verl test-areal test-swift test-vllm lint demo postgres sysdeps clean
+.PHONY: help venv envs test test-core test-wheels test-verl test-areal test-swift test-vllm lint demo postgres sysdeps clean
 
 help:
 	@echo "make demo   - set up .venv and run the main job: an agent with a calculator tool learns by GRPO on the CPU"
@@ -37,10 +39,13 @@ venv: $(STAMPS)/core
 $(STAMPS)/core: core/pyproject.toml $(wildcard plugins/*/pyproject.toml) examples/cpu_grpo_demo/pyproject.toml \
               examples/reinforce_backend/pyproject.toml requirements/test.txt
 	@mkdir -p $(STAMPS)
+	@echo "== make venv [1/3]: $(VENV) with an up-to-date pip"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install $(QUIET) -U pip
-	$(BIN)/python -m pip install $(QUIET) $(TORCH)
-	$(BIN)/python -m pip install $(QUIET) $(CORE_PKGS) -r requirements/test.txt
+	@echo "== make venv [2/3]: $(TORCH) (the local CPU build; about a minute)"
+	$(BIN)/python -m pip install $(SHOW) $(TORCH)
+	@echo "== make venv [3/3]: the core, the plugins, the demo and the test tools (a few minutes)"
+	$(BIN)/python -m pip install $(SHOW) $(CORE_PKGS) -r requirements/test.txt
 	touch $@
 
 $(STAMPS)/verl: core/pyproject.toml plugins/aworld-verl/pyproject.toml plugins/aworld-verl/test-env.txt
@@ -123,7 +128,11 @@ test-swift: $(if $(wildcard plugins/aworld-swift/test-env.txt),$(STAMPS)/swift)
 test-vllm: $(if $(wildcard tests/vllm),$(STAMPS)/vllm)
 	@if [ -d tests/vllm ]; then $(VENVS)/vllm/bin/python -m pytest tests/vllm; fi
 
-test: lint test-core test-verl test-areal test-swift test-vllm
+# wheels and sdists of every distribution, installed by name in a fresh environment (in build/)
+test-wheels: venv
+	PYTHON=$(PYTHON) TORCH=$(TORCH) scripts/test-wheels.sh $(BIN)/python
+
+test: lint test-core test-wheels test-verl test-areal test-swift test-vllm
 	@echo "make test: every suite passed"
 
 # ---------------------------------------------------------------------------------------------
@@ -134,4 +143,4 @@ demo: venv
 	$(BIN)/python -m aworld_core.run --config examples/cpu_grpo_demo/job.yaml
 
 clean:
-	rm -rf $(VENV) $(VENVS) $(STAMPS)
+	rm -rf $(VENV) $(VENVS) $(STAMPS) build/wheelhouse build/wheel-venv build/wheel-check
