@@ -3,6 +3,13 @@
 A server's tool list rarely changes, and listing it costs a round trip and ~2 ms of SDK CPU.
 Episodes on their own sessions reuse a listing another session made; a shared session
 (``mcp_shared``) re-lists through the same cache when an entry expires or is dropped.
+
+Why not the SDK's ``mcp.client.caching`` (``Client(cache=CacheConfig(store=<shared store>))``),
+measured by ``benchmarks/mcp_tool_cache.py`` (docs/performance.md): it honours a server's
+``ttlMs: 0`` -- what SDK servers, the GAIA environment included, send unless configured -- as
+"do not cache", so it lists in every episode (client CPU per episode 1.00x of no cache, ours
+0.84-0.88x); with a server-side TTL hint it stops listing but still costs 0.97x (it deep-copies
+the listing on every hit and each session compiles the output-schema validators again).
 """
 
 from __future__ import annotations
