@@ -2,7 +2,10 @@
 
 Prints the seed's one-line JSON ``{"ip", "port", "token"}`` (after the port is bound, so a
 script that reads it can connect at once), then the ``MCP_SERVER_URL=`` / ``MCP_SERVER_TOKEN=``
-lines to paste into the agent side's ``.env``.
+lines to paste into the agent side's ``.env``. That stdout handshake is the one place the token
+appears: it comes from the environment or a token file (``--token`` works but warns, argv being
+public), binding beyond loopback with a placeholder or short token is refused, and log records
+show it (and every API key of the settings) as ``***``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=None, help="port (default 8000; 0 picks a free one)")
     serve.add_argument("--servers", default=None, help="comma list of tool servers to serve (default: all)")
     serve.add_argument("--workspace", default=None, help="directory holding the per-episode workspaces")
-    serve.add_argument("--token", default=None, help="bearer token (default: MCP_SERVER_TOKEN, else random)")
+    serve.add_argument(
+        "--token",
+        default=None,
+        help="bearer token; discouraged: argv is visible to every process in /proc (use MCP_SERVER_TOKEN or --token-file)",
+    )
+    serve.add_argument(
+        "--token-file", default=None, help="file holding the bearer token (default: MCP_SERVER_TOKEN_FILE, MCP_SERVER_TOKEN, else random)"
+    )
     serve.add_argument("--env-file", default=None, help="a .env file with the keys (see deploy/env.template)")
     serve.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING (default) or ERROR")
     sub.add_parser("list-servers", help="print the tool servers and their tools")
@@ -84,10 +94,33 @@ def exposure_warning(host: str, tls_terminated: bool) -> str | None:
     )
 
 
+TOKEN_IN_ARGV = (
+    "--token puts the bearer token in this process's command line, which every process on the host can read "
+    "in /proc/<pid>/cmdline; set MCP_SERVER_TOKEN in the environment or pass --token-file FILE instead"
+)
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path`` (its first line); an unreadable or empty file is a usage error."""
+    from aworld_core.secrets import warn_if_readable_by_others
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            token = handle.readline().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the token file {path}: {exc.strerror}") from None
+    if not token:
+        raise ValueError(f"the token file {path} is empty; write a long random token into it")
+    warn_if_readable_by_others(path, "the token file")
+    return token
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
+    from aworld_core.errors import UsageError
+    from aworld_core.secrets import check_bind_token, warn_if_readable_by_others
     from aworld_gaia_env.server import ConfigurationError, GaiaEnvironment
     from aworld_gaia_env.settings import load_settings
 
@@ -99,6 +132,7 @@ def serve(args: argparse.Namespace) -> int:
             servers=args.servers,
             workspace_root=args.workspace,
             token=args.token,
+            token_file=args.token_file,
             log_level=args.log_level,
         )
     except ValidationError as exc:
@@ -106,10 +140,22 @@ def serve(args: argparse.Namespace) -> int:
         print(f"error: invalid GAIA environment settings: {problems}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("aworld_gaia_env")
+    if args.token is not None:
+        log.warning(TOKEN_IN_ARGV)
+    if args.env_file is not None:
+        warn_if_readable_by_others(args.env_file, "the --env-file")
     warning = exposure_warning(settings.host, settings.tls_terminated)
     if warning:
-        logging.getLogger("aworld_gaia_env").warning(warning)
-    token = settings.token or secrets.token_urlsafe(32)
+        log.warning(warning)
+    try:
+        given = read_token_file(str(settings.token_file)) if settings.token_file is not None else settings.token
+        if given is not None:
+            check_bind_token(given, settings.host, "set MCP_SERVER_TOKEN (or MCP_SERVER_TOKEN_FILE) to")
+    except (ValueError, UsageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    token = given or secrets.token_urlsafe(32)
     try:
         env = GaiaEnvironment(settings, token)
     except ConfigurationError as exc:
