@@ -15,6 +15,7 @@ samples for an assistant message, terminator included).
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ class TemplateFamily:
 
     name: str
     template: str  # the .jinja file's stem
+    preset: str  # the TokenLLM family preset that drives it (aworld_core.tokens.families)
     parser: str  # tool parser name (aworld_core.tokens.parsers)
     stops: tuple[str, ...]  # tokens the model ends a turn with; the first is the usual one
     special_tokens: tuple[str, ...] = ()  # added to the tiny tokenizer (beyond its ChatML/Llama-3 ones)
@@ -56,38 +58,38 @@ _HARMONY = ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>
 FAMILIES: dict[str, TemplateFamily] = {
     f.name: f
     for f in (
-        TemplateFamily("qwen2_5", "qwen2_5", "hermes", ("<|im_end|>",), notes="ChatML, default system block"),
-        TemplateFamily("qwen3", "qwen3", "hermes", ("<|im_end|>",), prefix_stable=False, reasoning="think",
+        TemplateFamily("qwen2_5", "qwen2_5", "qwen2.5", "hermes", ("<|im_end|>",), notes="ChatML, default system block"),
+        TemplateFamily("qwen3", "qwen3", "qwen3", "hermes", ("<|im_end|>",), prefix_stable=False, reasoning="think",
                        notes="earlier <think> blocks stripped on re-render"),
-        TemplateFamily("mistral_v3", "mistral_v3", "mistral", ("</s>",), _MISTRAL, bos="<s>", eos="</s>",
+        TemplateFamily("mistral_v3", "mistral_v3", "mistral-v3", "mistral", ("</s>",), _MISTRAL, bos="<s>", eos="</s>",
                        id_format="alnum9", prefix_stable=False,
                        notes="system text and tools block move to the last user message"),
-        TemplateFamily("mistral_v11", "mistral_v11", "mistral", ("</s>",),
+        TemplateFamily("mistral_v11", "mistral_v11", "mistral-v11", "mistral", ("</s>",),
                        (*_MISTRAL, "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[CALL_ID]", "[ARGS]", "[TOOL_CONTENT]"),
                        bos="<s>", eos="</s>", id_format="alnum9", prefix_stable=False,
                        notes="tools block moves to the last user message; empty assistant turns refused"),
-        TemplateFamily("deepseek_v3", "deepseek_v3", "deepseek_v3", ("<｜end▁of▁sentence｜>",), _DEEPSEEK,
+        TemplateFamily("deepseek_v3", "deepseek_v3", "deepseek-v3", "deepseek_v3", ("<｜end▁of▁sentence｜>",), _DEEPSEEK,
                        bos="<｜begin▁of▁sentence｜>", eos="<｜end▁of▁sentence｜>", arguments="string"),
-        TemplateFamily("deepseek_r1", "deepseek_r1", "deepseek_r1", ("<｜end▁of▁sentence｜>",), _DEEPSEEK,
+        TemplateFamily("deepseek_r1", "deepseek_r1", "deepseek-r1", "deepseek_r1", ("<｜end▁of▁sentence｜>",), _DEEPSEEK,
                        bos="<｜begin▁of▁sentence｜>", eos="<｜end▁of▁sentence｜>", arguments="string",
                        prefix_stable=False, reasoning="think", notes="reasoning dropped on re-render"),
-        TemplateFamily("gemma3", "gemma3", "hermes", ("<end_of_turn>",), ("<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"),
+        TemplateFamily("gemma3", "gemma3", "gemma3", "hermes", ("<end_of_turn>",), ("<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"),
                        bos="<bos>", eos="<eos>", tool_role="user", prefix_stable=False,
                        notes="no tool role, tool calls not rendered, content trimmed, strict alternation"),
-        TemplateFamily("phi4", "phi4", "hermes", ("<|im_end|>",), ("<|im_sep|>",), supported=False,
+        TemplateFamily("phi4", "phi4", "phi4", "hermes", ("<|im_end|>",), ("<|im_sep|>",), supported=False,
                        notes="renders only system/user/assistant: tool results would vanish"),
-        TemplateFamily("hermes2pro", "hermes2pro", "hermes", ("<|im_end|>",), bos="<|begin_of_text|>",
+        TemplateFamily("hermes2pro", "hermes2pro", "hermes-2-pro", "hermes", ("<|im_end|>",), bos="<|begin_of_text|>",
                        prefix_stable=False, notes="last tool result renders differently once a turn follows"),
-        TemplateFamily("llama31", "llama31", "llama3_json", ("<|eot_id|>",), bos="<|begin_of_text|>", max_calls=1,
+        TemplateFamily("llama31", "llama31", "llama3.1", "llama3_json", ("<|eot_id|>",), bos="<|begin_of_text|>", max_calls=1,
                        prefix_stable=False, notes="content trimmed; tool results JSON-encoded"),
-        TemplateFamily("llama31_ipython", "llama31", "llama3_json", ("<|eom_id|>", "<|eot_id|>"),
+        TemplateFamily("llama31_ipython", "llama31", "llama3.1-ipython", "llama3_json", ("<|eom_id|>", "<|eot_id|>"),
                        bos="<|begin_of_text|>", max_calls=1, prefix_stable=False,
                        template_kwargs={"builtin_tools": ["brave_search", "wolfram_alpha"]},
                        notes="tool-call turns end with <|eom_id|>"),
-        TemplateFamily("gpt_oss", "gpt_oss", "harmony", ("<|call|>", "<|return|>"), _HARMONY, eos="<|return|>",
+        TemplateFamily("gpt_oss", "gpt_oss", "gpt-oss", "harmony", ("<|call|>", "<|return|>"), _HARMONY, eos="<|return|>",
                        max_calls=1, prefix_stable=False, reasoning="harmony",
                        notes="final <|return|> re-rendered as <|end|>; earlier analysis dropped"),
-        TemplateFamily("glm45", "glm45", "glm45", ("<|observation|>", "<|user|>"),
+        TemplateFamily("glm45", "glm45", "glm4.5", "glm45", ("<|observation|>", "<|user|>"),
                        ("[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
                         "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
                        eos="<|endoftext|>", reasoning="think", notes="no end-of-turn token: next role tokens"),
@@ -98,12 +100,16 @@ FAMILIES: dict[str, TemplateFamily] = {
 def family_template(name: str) -> str:
     """The Jinja text of family ``name``."""
     family = _family(name)
-    return (HERE / f"{family.template}.jinja").read_text()
+    if name not in _TEXTS:
+        _TEXTS[name] = (HERE / f"{family.template}.jinja").read_text()
+    return _TEXTS[name]
 
 
 _LOCK = threading.Lock()
 _BASE: list[Any] = []
 _TOKENIZERS: dict[str, Any] = {}
+_HEADS: dict[tuple[int, str, str], str] = {}
+_TEXTS: dict[str, str] = {}
 
 
 def family_tokenizer(name: str) -> Any:
@@ -139,9 +145,12 @@ def model_turn_text(family: TemplateFamily, tokenizer: Any, message: dict[str, A
     template = family_template(family.name)
     context = [{"role": "user", "content": "hi"}]
     kwargs = dict(family.template_kwargs)
-    head = tokenizer.apply_chat_template(
-        context, tools=tools, chat_template=template, add_generation_prompt=True, tokenize=False, **kwargs
-    )
+    key = (id(tokenizer), family.name, json.dumps(tools, sort_keys=True))
+    head = _HEADS.get(key)
+    if head is None:
+        head = _HEADS[key] = tokenizer.apply_chat_template(
+            context, tools=tools, chat_template=template, add_generation_prompt=True, tokenize=False, **kwargs
+        )
     full = tokenizer.apply_chat_template(
         [*context, message], tools=tools, chat_template=template, add_generation_prompt=False, tokenize=False, **kwargs
     )
