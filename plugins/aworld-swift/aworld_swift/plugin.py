@@ -32,6 +32,10 @@ def register_backends() -> list[BackendSpec]:
 def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
     if backend != NAME:
         return None
+    if job.sft is not None:  # SFT on collected trajectories (aworld_swift.sft)
+        from aworld_swift.sft import build_sft_plan
+
+        return build_sft_plan(job, output_dir)
     from aworld_swift.launch import build_plan
 
     return build_plan(job, output_dir)
@@ -41,6 +45,10 @@ def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
 def launch_trainer(backend: str, job: Any, plan: LaunchPlan) -> TrainResult | None:
     if backend != NAME:
         return None
+    if job.sft is not None:
+        from aworld_swift.sft import launch_sft
+
+        return launch_sft(job, plan)
     from aworld_swift.launch import launch
 
     return launch(job, plan)

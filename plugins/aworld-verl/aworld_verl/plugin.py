@@ -29,6 +29,10 @@ def register_backends() -> list[BackendSpec]:
 def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
     if backend != NAME:
         return None
+    if job.sft is not None:  # SFT on collected trajectories (aworld_verl.sft)
+        from aworld_verl.sft import build_sft_plan
+
+        return build_sft_plan(job, output_dir)
     from aworld_verl.launch import build_plan
 
     return build_plan(job, output_dir)
@@ -39,6 +43,10 @@ def launch_trainer(backend: str, job: Any, plan: LaunchPlan) -> TrainResult | No
     """Write the verl parquet files from the job's datasets, then run the planned command."""
     if backend != NAME:
         return None
+    if job.sft is not None:
+        from aworld_verl.sft import launch_sft
+
+        return launch_sft(job, plan)
     from aworld_verl.launch import launch
 
     return launch(job, plan)
