@@ -168,6 +168,9 @@ class SftRun(TrlRun):
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+        import datasets
+
+        datasets.disable_progress_bars()  # TRL's dataset preparation bars would bury ours
         from aworld_core.datasets import load_dataset_section
         from aworld_core.runtime.loop_thread import LoopThread
 
