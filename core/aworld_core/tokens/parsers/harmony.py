@@ -28,7 +28,7 @@ class HarmonyParser(BaseToolParser):
     """Every recipient-addressed message is one call (``functions.`` dropped from the name)."""
 
     def parse(self, text: str, *, tools: list[dict[str, Any]] | None = None, id_prefix: str = "call_") -> ParsedText:
-        if MESSAGE not in text:
+        if MESSAGE not in text and CHANNEL not in text:
             return ParsedText(content=text.strip())
         content: list[str] = []
         reasoning: list[str] = []
