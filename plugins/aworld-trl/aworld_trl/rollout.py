@@ -104,6 +104,7 @@ class AworldRollout:
         self.failed_steps = failed_steps
         self.torch_threads = torch_threads
         self.calls = 0
+        self.synced_step: int | None = None  # the step whose weights an engine of its own holds
 
     def dataset_rows(self) -> list[dict[str, Any]]:
         """TRL's training rows: the prompt (for TRL's logs) and the sample id (what we run)."""
@@ -153,7 +154,8 @@ class AworldRollout:
         step = int(getattr(state, "global_step", self.calls) or 0)
         tag = f"s{step}c{self.calls}"  # unique even when TRL generates twice within one step
         self.calls += 1
-        if self.engine is not None and hasattr(self.engine, "set_version"):
+        synced = self.sync_weights(_trained_model(trainer), step)
+        if synced is None and self.engine is not None and hasattr(self.engine, "set_version"):
             self.engine.set_version(step)
         started = time.perf_counter()
         if model is not None:
@@ -169,13 +171,33 @@ class AworldRollout:
                 model.train()
         elapsed = time.perf_counter() - started
         episodes = [e for g in groups for e in g.episodes]
-        _log_metrics(trainer, {**step_metrics(episodes), "aworld/rollout_s": elapsed})
+        timings = {"aworld/rollout_s": elapsed} if synced is None else {
+            "aworld/rollout_s": elapsed, "aworld/weight_sync_s": synced}
+        _log_metrics(trainer, {**step_metrics(episodes), **timings})
         if self.writer is not None and self.trajectory_every and step % self.trajectory_every == 0:
             for episode in episodes:
                 self.writer.write(episode)
         if self.failed_steps is not None and train_mode:
             self.failed_steps.step(episodes)  # training steps only: an evaluation is not a step
         return trl_batch(groups, self.placeholder_id)
+
+
+    def sync_weights(self, model: Any, step: int) -> float | None:
+        """Copy ``model``'s weights into an engine that holds its own copy (vLLM), once per step,
+        stamping what it samples next with ``step``; seconds it took, ``None`` when the engine
+        samples from the trained model itself (the HF engine) or already has this step's weights."""
+        if self.engine is None or not hasattr(self.engine, "update_weights") or self.synced_step == step:
+            return None
+        started = time.perf_counter()
+        self.loop.run(self.engine.update_weights(model.state_dict(), version=step))
+        self.synced_step = step
+        return time.perf_counter() - started
+
+
+def _trained_model(trainer: Any) -> Any:
+    model = trainer.model
+    accelerator = getattr(trainer, "accelerator", None)
+    return accelerator.unwrap_model(model) if accelerator is not None else model
 
 
 def make_reward_func(name: str) -> Any:

@@ -129,13 +129,16 @@ class TrlRun:
         model, tokenizer = self._load_model()
         model.to(args.device)  # where TRL will train it, so evaluation before training runs there too
         concurrency = self.job.rollout.concurrency
-        engine = HFTokenEngine(
-            model,
-            tokenizer,
-            max_new_tokens=args.max_completion_length,
-            batch_window_s=options.engine_batch_window_s,
-            max_batch_size=options.engine_max_batch_size or concurrency,
-        )
+        if options.vllm is not None:  # backends.trl.use_vllm: vLLM samples, weights synced every step
+            engine = self._vllm_engine(args, options.vllm)
+        else:
+            engine = HFTokenEngine(
+                model,
+                tokenizer,
+                max_new_tokens=args.max_completion_length,
+                batch_window_s=options.engine_batch_window_s,
+                max_batch_size=options.engine_max_batch_size or concurrency,
+            )
         llm = build_token_llm(engine, tokenizer, self.job, max_response_tokens=args.max_completion_length)
         # reward, timeout, max_turns (when set), concurrency and the group policy: from the job
         runner = EpisodeRunner.from_job(self.job, llm, agent=agent)
@@ -148,6 +151,10 @@ class TrlRun:
             self.artifacts["trajectories"] = str(writer.path)
         loop = LoopThread("aworld-trl-rollout")
         try:
+            if options.vllm is not None:
+                started = time.perf_counter()
+                loop.run(engine.start())
+                self.metrics["vllm_start_seconds"] = round(time.perf_counter() - started, 1)
             before = self._evaluate(evaluator, loop, test_samples, "before", model) if options.eval_before else None
             rollout = AworldRollout(
                 runner, train_samples, loop=loop, engine=engine, placeholder_id=placeholder,
@@ -157,8 +164,11 @@ class TrlRun:
             )
             trainer, progress = self._trainer(model, tokenizer, args, rollout)
             trainer.train()
+            rollout.sync_weights(model, trainer.state.global_step)  # evaluate the trained weights
             after = self._evaluate(evaluator, loop, test_samples, "after", model) if options.eval_after else None
         finally:
+            if options.vllm is not None:
+                loop.run(engine.aclose())
             loop.close()
             if writer is not None:
                 writer.close()
@@ -170,6 +180,28 @@ class TrlRun:
         self._finish(progress.history, before, after)
         return TrainResult(backend="trl", output_dir=str(self.output_dir), metrics=self.metrics,
                            artifacts=self.artifacts)
+
+    def _vllm_engine(self, args: Any, settings: Any) -> Any:
+        """vLLM's async engine on the model directory, colocated with the trainer: on a CPU in
+        float32, eager, with 5% of system memory for its KV cache unless the job says otherwise."""
+        from aworld_core.tokens.vllm_engine import VLLMTokenEngine
+        from aworld_trl.options import CPU_VLLM_MEMORY, _has_gpu
+
+        gpu = _has_gpu()
+        memory = settings.gpu_memory_utilization
+        if memory is None:
+            memory = 0.3 if gpu else CPU_VLLM_MEMORY  # 0.3: TRL's own default for a colocated vLLM
+        extra = {"model_impl": settings.model_impl} if settings.model_impl else {}
+        return VLLMTokenEngine(
+            self.job.resolve_path(self.job.model.path),
+            dtype="auto" if gpu else "float32",
+            max_model_len=settings.max_model_len,
+            gpu_memory_utilization=memory,
+            enforce_eager=not gpu,
+            seed=self.job.seed,
+            max_new_tokens=args.max_completion_length,
+            engine_kwargs=extra,
+        )
 
     def _trainer(self, model: Any, tokenizer: Any, args: Any, rollout: Any) -> tuple[Any, Any]:
         from datasets import Dataset
