@@ -42,8 +42,11 @@ n_wheels=$(ls "$HOUSE"/*.whl | wc -l)
 n_sdists=$(ls "$HOUSE"/*.tar.gz | wc -l)
 [ "$n_wheels" -eq "$n_sdists" ] || { echo "wheels ($n_wheels) and sdists ($n_sdists) differ"; exit 1; }
 
+if [ -d "$ENV" ]; then
+    step "removing the previous $ENV"
+    rm -rf "$ENV"
+fi
 step "fresh environment $ENV (pip upgraded, then $TORCH)"
-rm -rf "$ENV"
 "$PY" -m venv "$ENV"
 "$ENV/bin/python" -m pip install -q -U pip
 # --no-compile: no .pyc for the thousands of modules never imported here (a third of the time)
