@@ -466,3 +466,61 @@ async def test_kill_attempts_do_not_reach_the_server(attacked):
     text = await _py(attacked, f"import os, signal\ntry:\n    os.kill({pid}, signal.SIGKILL)\nexcept OSError as exc:\n    print('denied', exc)", "ep-kill")
     assert "denied" in text and attacked.proc.poll() is None  # type: ignore[union-attr]
     await _alive(attacked)
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. memory across processes (the cgroup), and the network only when the job allows it
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_memory_across_processes_hits_the_cgroup(attacked):
+    async with aiohttp.ClientSession() as http:
+        async with http.get(attacked.base + "/health") as response:
+            cgroup = (await response.json())["cgroup"]
+    if cgroup == "unavailable":
+        pytest.skip("no writable cgroup on this host: the rlimits alone hold each process")
+    code = (
+        "import os, time\n"
+        "kids = []\n"
+        "for i in range(5):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        block = bytearray(300 * 2**20)\n"
+        "        for j in range(0, len(block), 4096):\n"
+        "            block[j] = 1\n"
+        "        time.sleep(2)\n"
+        "        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "print([os.waitpid(k, 0)[1] for k in kids])\n"
+    )
+    text = await _py(attacked, code, "ep-membomb")  # 5 x 300 MB, each under RLIMIT_AS (768 MB)
+    assert "more than the memory limit" in text and "SANDBOX_MEMORY_MB" in text
+    await _alive(attacked)
+
+
+async def test_network_only_when_allowed_and_never_host_unix_sockets(tmp_path, fakes):
+    from aworld_gaia_env.sandbox import Sandbox
+    from aworld_gaia_env.settings import GaiaEnvSettings
+    from aworld_gaia_env.workspace import WorkspaceManager
+
+    host = _UnixServer(tmp_path / "sock")
+    try:
+        sandbox = Sandbox(GaiaEnvSettings(workspace_root=tmp_path / "ws", sandbox_allow_network=True))
+        workspace, _ = WorkspaceManager(tmp_path / "ws").get("ep-net-allowed")
+        code = (
+            "import socket\n"
+            f"socket.create_connection(('127.0.0.1', {fakes.port}), timeout=3).close()\n"
+            "print('TCP ok')\n"
+            f"for address in ({host.path!r}, {host.abstract!r}):\n"
+            "    try:\n"
+            "        socket.socket(socket.AF_UNIX).connect(address)\n"
+            "        print('CONNECTED')\n"
+            "    except OSError as exc:\n"
+            "        print('unix refused', exc)\n"
+        )
+        result = await sandbox.run_python(code, workspace)
+        assert sandbox.mode == "bwrap" and "TCP ok" in result.stdout, result.render()
+        assert "CONNECTED" not in result.stdout and result.stdout.count("Operation not permitted") == 2
+        assert host.accepted == 0
+    finally:
+        host.close()

@@ -26,6 +26,7 @@ started (killing bubblewrap ends its pid namespace), and the result says which l
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aworld_gaia_env.errors import ToolError
+from aworld_gaia_env.sandbox_cgroup import Cgroups
 from aworld_gaia_env.settings import GaiaEnvSettings
 
 if TYPE_CHECKING:
@@ -114,6 +116,8 @@ class Sandbox:
         self.bwrap = find_bwrap()
         self._probe_lock = threading.Lock()
         self._seccomp: dict[bool, str] = {}
+        self._runs = itertools.count()
+        self.cgroups: Cgroups | None = None
 
     # ------------------------------------------------------------------------------------------
     # Probing
@@ -124,6 +128,11 @@ class Sandbox:
         with self._probe_lock:
             if self.mode != "unprobed":
                 return self.mode
+            self.cgroups = Cgroups()
+            if self.cgroups.available:
+                logger.info("sandboxed runs get a cgroup (v%d) for memory and processes", self.cgroups.version)
+            else:
+                logger.warning("sandboxed runs get no cgroup, only rlimits: %s", self.cgroups.reason)
             if self.settings.sandbox_isolation == "audit":
                 self.mode, self.reason = "audit", "SANDBOX_ISOLATION=audit"
                 logger.error(
@@ -280,6 +289,20 @@ class Sandbox:
         s = self.settings
         timeout = min(timeout_s or s.sandbox_timeout_s, s.sandbox_timeout_s)
         config = self._config(workspace, argv, files)
+        cgroups = self.cgroups if self.cgroups is not None and self.cgroups.available else None
+        groups: list[str] = []
+        if cgroups is not None:
+            # tmpfs pages count for their writer: the run's /tmp, /dev/shm and workspace writes
+            extra_mb = 128 + (s.workspace_quota_mb or 0)
+            try:
+                groups = cgroups.create(
+                    f"{os.getpid()}-{next(self._runs)}",
+                    memory_bytes=(s.sandbox_memory_mb + extra_mb) * 2**20,
+                    pids=s.sandbox_max_processes + 3,
+                )
+            except RuntimeError as exc:
+                raise ToolError(f"the sandbox could not start the command: {exc}") from None
+        config["cgroups"] = groups
         started = time.monotonic()
         with workspace.in_use():
             process = await asyncio.create_subprocess_exec(
@@ -296,7 +319,17 @@ class Sandbox:
                 process.stdin.close()
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the launcher died early; its stderr says why
-            result = await self._supervise(process, timeout, started)
+            try:
+                result = await self._supervise(process, timeout, started)
+            finally:
+                if cgroups is not None:
+                    oom = cgroups.oom_killed(groups)
+                    await asyncio.to_thread(cgroups.remove, groups)
+        if cgroups is not None and oom and not result.timed_out:
+            result.limit_note = (
+                f"killed: the run's processes together used more than the memory limit "
+                f"({s.sandbox_memory_mb} MB, SANDBOX_MEMORY_MB, plus its tmpfs)"
+            )
         if result.exit_code == LAUNCHER_FAILED and result.stderr.startswith("sandbox launcher:"):
             raise ToolError(f"the sandbox could not start the command: {result.stderr.strip()}")
         if result.exit_code == 1 and result.stderr.startswith("bwrap:"):

@@ -257,6 +257,7 @@ class GaiaEnvironment:
                 "servers": sorted(self.servers),
                 "tools": len(self.tools),
                 "sandbox": self.services.sandbox.mode,
+                "cgroup": _cgroup_state(self.services.sandbox.cgroups),
                 "workspace_quota_mb": self.settings.workspace_quota_mb,
             }
         )
@@ -359,6 +360,12 @@ async def _send_json(send: Any, status: int, body: dict[str, Any], extra_headers
 
 def _json_error(status: int, detail: str) -> Response:
     return JSONResponse({"error": detail}, status_code=status)
+
+
+def _cgroup_state(cgroups: Any) -> str:
+    if cgroups is None:
+        return "unprobed"
+    return f"v{cgroups.version}" if cgroups.available else "unavailable"
 
 
 def _mask_secrets(settings: GaiaEnvSettings, token: str) -> None:
