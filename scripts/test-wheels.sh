@@ -86,11 +86,27 @@ reward: {name: exact_answer}
 backends:
   trl: {max_steps: 1, per_device_train_batch_size: 4, num_generations: 4}
 EOF
-for backend in trl verl areal swift reinforce echo; do
+for backend in trl reinforce echo; do  # frameworks present: the plan must come
     step "aworld --backend $backend --dry-run"
     "$ENV/bin/aworld" --config job.yaml --backend "$backend" --dry-run output_dir="out-$backend" \
         >"dry-$backend.txt" || { cat "dry-$backend.txt"; exit 1; }
     grep -q "^backend: $backend" "dry-$backend.txt" || { cat "dry-$backend.txt"; exit 1; }
+done
+# frameworks absent: today the plan comes (a plan needs no framework); a dry-run that refuses
+# as the real launch does must exit 2 naming the plugin's install command
+for backend in verl areal swift; do
+    step "aworld --backend $backend --dry-run (framework not installed)"
+    set +e
+    "$ENV/bin/aworld" --config job.yaml --backend "$backend" --dry-run output_dir="out-$backend" \
+        >"dry-$backend.txt" 2>&1
+    rc=$?
+    set -e
+    if [ "$rc" -eq 0 ]; then
+        grep -q "^backend: $backend" "dry-$backend.txt" || { cat "dry-$backend.txt"; exit 1; }
+    else
+        [ "$rc" -eq 2 ] && grep -q "pip install 'aworld-$backend\[$backend\]'" "dry-$backend.txt" \
+            || { cat "dry-$backend.txt"; exit 1; }
+    fi
 done
 
 step "a real launch of verl without the framework: exit 2 with the install hint"
