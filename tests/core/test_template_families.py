@@ -268,11 +268,12 @@ async def run_episode(llm: TokenLLM, fam: TemplateFamily, session: str, rng: ran
         messages.append(response.message())
         if turn == max_turns - 1:
             break
-        valid = [c for c in response.tool_calls if c.error is None]
         new: list[dict]
-        if valid and len(valid) == len(response.tool_calls):
-            new = [{"role": "tool", "tool_call_id": c.id, "content": tool_output(rng, f"#{next(serial)}#")} for c in valid]
-        elif response.tool_calls or rng.random() < 0.7:
+        if response.tool_calls:  # as the runtime does: a result for every call, an error for a malformed one
+            new = [{"role": "tool", "tool_call_id": c.id,
+                    "content": f"#{next(serial)}# Error: {c.error}" if c.error else tool_output(rng, f"#{next(serial)}#")}
+                   for c in response.tool_calls]
+        elif rng.random() < 0.7:
             new = [{"role": "user", "content": f"#{next(serial)}# " + words(rng, 1, 8) + rng.choice(["", " ", "\n"])}]
         else:
             break
