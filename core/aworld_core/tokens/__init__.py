@@ -8,6 +8,7 @@ OpenAI-compatible HTTP API in front of a ``TokenLLM``. torch / transformers load
 
 from aworld_core.tokens.chat_template import ChatRenderer, load_chat_template
 from aworld_core.tokens.engine import ABORT, LENGTH, STOP, TokenEngine, TokenOutput
+from aworld_core.tokens.families import TemplateOptions, available_families, family_options
 from aworld_core.tokens.hf_engine import HFTokenEngine
 from aworld_core.tokens.llm import TokenLLM, load_tokenizer
 from aworld_core.tokens.parsers import (
@@ -28,12 +29,15 @@ __all__ = [
     "HFTokenEngine",
     "ParsedText",
     "ScriptedTokenEngine",
+    "TemplateOptions",
     "TokenEngine",
     "TokenLLM",
     "TokenOutput",
     "TokenSession",
     "ToolParser",
+    "available_families",
     "available_tool_parsers",
+    "family_options",
     "get_tool_parser",
     "load_chat_template",
     "load_tokenizer",
