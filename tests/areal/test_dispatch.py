@@ -22,7 +22,8 @@ from areal_sglang_server import areal_engine, submit_all
 from areal_tool_model import QUESTION, job_dict
 
 from aworld_areal import workflow as workflow_module
-from aworld_areal.workflow import AworldWorkflow, close_workflow_states, stop_areal, workflow_states
+from aworld_areal.stopping import stop_areal
+from aworld_areal.workflow import AworldWorkflow, close_workflow_states, workflow_states
 from aworld_core.errors import AworldError
 from aworld_core.hookspecs import hookimpl
 from aworld_core.plugins import get_plugin_manager
@@ -232,7 +233,7 @@ def test_canary_areals_fail_fast_slot_makes_its_own_calls_raise(sglang_server):
     ``BatchTaskDispatcher`` whose ``_set_thread_exception(exc)`` makes ``submit``, ``wait``,
     ``rollout_batch`` and ``prepare_batch`` raise ``RuntimeError(...) from exc``. If this fails after an
     AReaL upgrade, rollout.max_failed_steps no longer stops training under AReaL: find the new
-    fail-fast path and fix ``aworld_areal.workflow.stop_areal``."""
+    fail-fast path and fix ``aworld_areal.stopping.stop_areal``."""
     engine = areal_engine(sglang_server)
     try:
         dispatcher = engine.workflow_executor.dispatcher

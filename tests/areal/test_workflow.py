@@ -193,7 +193,7 @@ def test_a_workflow_areal_groups_again_refuses(tool_model_dir, mcp_server):
 
 @pytest.mark.slow
 def test_rewards_in_a_process_pool(tool_model_dir, mcp_server):
-    from aworld_areal.scoring import shutdown_pools
+    from aworld_core.worker.scoring import shutdown_pools
 
     try:
         job = job_dict(tool_model_dir, mcp_server, reward={"name": f"{REWARDS}:says_five"})
@@ -211,7 +211,7 @@ def test_rewards_in_a_process_pool(tool_model_dir, mcp_server):
 
 @pytest.mark.slow
 def test_a_dying_reward_process_fails_its_episode_and_the_next_one_gets_a_fresh_pool(tool_model_dir, mcp_server):
-    from aworld_areal import scoring
+    from aworld_core.worker import scoring
 
     try:
         broken = scoring._pool(1)
@@ -235,7 +235,7 @@ def test_a_hung_reward_times_out_and_does_not_hold_the_pool(tool_model_dir, mcp_
     import multiprocessing
     import time
 
-    from aworld_areal import scoring
+    from aworld_core.worker import scoring
 
     try:
         stuck = scoring._pool(1)

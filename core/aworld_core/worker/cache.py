@@ -11,8 +11,10 @@ one state per process and key that every instance shares: a :class:`WorkerCache`
 from __future__ import annotations
 
 import atexit
+import json
 import threading
 from collections.abc import Callable, Hashable
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -27,8 +29,8 @@ _tokenizers_lock = threading.Lock()
 class WorkerCache(Generic[S]):
     """States keyed by what makes them differ, built on first use, closed together.
 
-    ``close``: how one state is closed (``None``: nothing to close). ``on_exit``: what the first
-    state registers with ``atexit`` (default :meth:`close`), once per cache.
+    ``close``: how one state is closed. ``on_exit``: what the first state registers with
+    ``atexit`` (default :meth:`close`), once per cache; with neither, nothing is registered.
     """
 
     def __init__(self, close: Callable[[S], Any] | None = None, on_exit: Callable[[], Any] | None = None):
@@ -47,7 +49,7 @@ class WorkerCache(Generic[S]):
             if state is not None and (valid is None or valid(state)):
                 return state
             state = self._states[key] = build()
-            if not self.exit_registered:
+            if not self.exit_registered and (self._close is not None or self._on_exit is not None):
                 atexit.register(self._on_exit or self.close)
                 self.exit_registered = True
             return state
@@ -65,6 +67,10 @@ class WorkerCache(Generic[S]):
             if text is not None:
                 self._aliases[(text, options)] = state
             return state
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._states)
 
     def states(self) -> list[S]:
         with self._lock:
@@ -84,6 +90,19 @@ class WorkerCache(Generic[S]):
         for state in self.pop(lambda _key, _state: True):
             if self._close is not None:
                 self._close(state)
+
+
+def options_key(**parts: Any) -> str:
+    """A cache key of a worker's options (dataclasses, dicts, paths; any other object by identity)."""
+
+    def plain(value: Any) -> Any:
+        if is_dataclass(value) and not isinstance(value, type):
+            return asdict(value)
+        if isinstance(value, (str, int, float, bool, type(None), dict, list, tuple, Path)):
+            return value
+        return f"object:{id(value)}"
+
+    return json.dumps({k: plain(v) for k, v in parts.items()}, sort_keys=True, default=str)
 
 
 def shared_tokenizer(ref: Any) -> Any:

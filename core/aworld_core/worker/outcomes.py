@@ -17,10 +17,10 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aworld_core.errors import AworldError
+from aworld_core.errors import AworldError, UsageError
 from aworld_core.schemas import Episode, EpisodeStatus
 from aworld_core.worker.policy import (
     GROUP_DROPPED,
@@ -65,6 +65,17 @@ def describe(episode: Episode, reason: str | None = None) -> str:
     return (reason or "trained").replace("_", " ")
 
 
+def count_metrics(episodes: int, reasons: Mapping[str, int], prefix: str = "aworld/",
+                  names: Sequence[str] = REASONS) -> dict[str, int]:
+    """Counts under the kit's metric names: ``episodes``, ``trained`` and ``untrained/<reason>``
+    for each of ``names`` (0 when none; a framework's stats may need every key every time) and
+    any other reason in ``reasons``."""
+    counts = {**dict.fromkeys(names, 0), **reasons}
+    out = {f"{prefix}episodes": episodes, f"{prefix}trained": episodes - sum(counts.values())}
+    out.update({f"{prefix}untrained/{k}": v for k, v in counts.items()})
+    return out
+
+
 class StepRecorder:
     """One worker's tallies of episode outcomes, the log line per untrained member, and the
     all-failed stop over the steps it sees.
@@ -89,7 +100,7 @@ class StepRecorder:
         setting: str = "rollout.max_failed_steps",
     ):
         if groups_per_step is not None and groups_per_step < 1:
-            raise AworldError(f"groups_per_step must be >= 1, got {groups_per_step}")
+            raise UsageError(f"groups_per_step must be >= 1, got {groups_per_step}")
         self.logger = logger
         self.groups_per_step = groups_per_step
         self.needs_reward = needs_reward

@@ -106,6 +106,19 @@ def first_error(episodes: Sequence[Episode]) -> str:
     return "no episode produced trainable tokens"
 
 
+# what every all-failed stop says (an error that crosses a process boundary as text is found by it)
+STOP_PHRASE = "consecutive training steps, so nothing can be learned"
+
+
+def stop_error_in(text: str) -> AworldError | None:
+    """The kit's all-failed stop carried in ``text`` (a framework passed the error on as text,
+    e.g. over RPC), as an ``AworldError`` holding the kit's message; ``None`` when there is none."""
+    if STOP_PHRASE not in text:
+        return None
+    start = text.find("every episode failed in")
+    return AworldError(text[start:] if start >= 0 else text)
+
+
 class FailedSteps:
     """Counts consecutive steps with no trainable episode; raises after ``limit`` of them.
 
@@ -134,9 +147,8 @@ class FailedSteps:
         if self.consecutive >= self.limit:
             cause = error() if callable(error) else error
             raise AworldError(
-                f"every episode failed in {self.consecutive} consecutive training steps, so nothing can be "
-                f"learned; first error: {cause}. Fix the cause (is the tool environment "
-                f"running?), or raise {self.setting}"
+                f"every episode failed in {self.consecutive} {STOP_PHRASE}; first error: {cause}. Fix the cause "
+                f"(is the tool environment running?), or raise {self.setting}"
             )
 
 

@@ -1,103 +1,35 @@
 """The kit's ``scorer=`` for AReaL: the job's reward off the rollout loop, then the turn discount.
 
-AReaL's rollout worker runs hundreds of episodes on one event loop; a reward that parses math
-(or calls a slow verifier) would stall all of them. So rewards can run in a process pool, as
-AReaL's own ``AsyncRewardWrapper`` does; the difference is what happens when one fails: AReaL
-returns 0 after a timeout, here a timed-out or raising reward is recorded on the episode
-(``reward_errors``), so the kit never trains it, never with a made-up 0. A reward process that dies
-(OOM kill, segfault) breaks the pool, and one that hangs keeps its worker busy: either way that
-episode's reward is recorded as failed and the pool is replaced, so later episodes score in a fresh one.
-
-The pool's workers resolve the reward again by name or import reference (``module:func``,
-``file.py:func``), which is why rewards travel as strings and must be module-level functions.
+AReaL's rollout worker runs hundreds of episodes on one event loop, so rewards can run in a
+process pool, as AReaL's own ``AsyncRewardWrapper`` does: the kit's ``PoolScorer``
+(``workflow.reward_processes``, ``workflow.reward_timeout_s``). The difference from AReaL's is what
+happens when one fails: a timed-out, raising or dying reward is recorded on the episode
+(``reward_errors``), so it never trains, never with a made-up 0 (see
+``aworld_core.worker.scoring``). What is AReaL's here: the turn discount, applied once, and
+``workflow.reject_truncated``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import multiprocessing
-import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Any
-
 from aworld_areal.tensors import discounted
 from aworld_core.config import RewardSection
 from aworld_core.errors import UsageError
-from aworld_core.rewards.registry import RewardStats, get_reward_stats, score_episode, validate_reward_value
+from aworld_core.rewards.registry import RewardStats
 from aworld_core.schemas import Episode, EpisodeStatus, Sample
 from aworld_core.worker.outcomes import UNTRAINED
+from aworld_core.worker.scoring import PoolScorer, shutdown_pools
+
+__all__ = ["TRUNCATED", "UNDISCOUNTED", "RewardScorer", "shutdown_pools"]
 
 # metadata keys the scorer writes on an episode
 UNDISCOUNTED = "reward_undiscounted"
 TRUNCATED = "truncated"  # why a successful episode is not trained (workflow.reject_truncated)
 
-_POOLS: dict[int, ProcessPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def _pool(processes: int) -> ProcessPoolExecutor:
-    # spawn, not fork: the rollout worker holds threads (AReaL's executor, HTTP clients) that a
-    # forked child would inherit in an unknown state
-    with _POOLS_LOCK:
-        pool = _POOLS.get(processes)
-        if pool is None:
-            pool = _POOLS[processes] = ProcessPoolExecutor(
-                max_workers=processes, mp_context=multiprocessing.get_context("spawn")
-            )
-        return pool
-
-
-def _replace_pool(processes: int, pool: ProcessPoolExecutor, *, kill_after_s: float | None) -> None:
-    """Forget ``pool`` (the next ``_pool`` makes a fresh one) and shut it down without waiting.
-
-    A broken pool has already failed all its futures. A pool with a stuck worker (``kill_after_s``,
-    the reward timeout) keeps running what it was given, for the episodes still waiting on it; every
-    such call was submitted before now, so after ``kill_after_s`` nobody waits on any of them and the
-    pool's processes (the stuck one included) are killed.
-    """
-    with _POOLS_LOCK:
-        if _POOLS.get(processes) is pool:  # another episode may have replaced it already
-            del _POOLS[processes]
-    processes_of = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
-    pool.shutdown(wait=False, cancel_futures=kill_after_s is None)
-    if kill_after_s is not None:
-        timer = threading.Timer(kill_after_s, _kill, args=(processes_of,))
-        timer.daemon = True
-        timer.start()
-
-
-def _kill(processes: list[Any]) -> None:
-    for process in processes:
-        try:
-            process.kill()
-        except Exception:  # already gone
-            pass
-
-
-def shutdown_pools() -> None:
-    """Stop the reward processes (at shutdown; a worker exiting stops them anyway)."""
-    with _POOLS_LOCK:
-        pools = list(_POOLS.values())
-        _POOLS.clear()
-    for pool in pools:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def score_in_process(
-    rewards: list[tuple[str, bool | None]], base_dir: str | None, episode_json: str, sample_json: str
-) -> dict[str, Any]:
-    """Runs in a pool process: score one episode, return what scoring wrote on it."""
-    episode = Episode.model_validate_json(episode_json)
-    sample = Sample.model_validate_json(sample_json)
-    sections = [RewardSection(name=name, trajectory_aware=aware) for name, aware in rewards]
-    asyncio.run(score_episode(episode, sample, sections, base_dir=base_dir, stats=RewardStats(), notify=False))
-    return {"reward": episode.reward, "rewards": episode.rewards, "reward_errors": episode.reward_errors}
-
 
 class RewardScorer:
-    """``await scorer(episode, sample)``: the job's reward (in this process with ``processes=0``, else
-    in a pool, ``timeout_s`` each), then ``reward * turn_discount ** (turns - 1)``, once.
+    """``await scorer(episode, sample)``: the job's reward (the kit's ``PoolScorer``: in this process
+    with ``processes=0``, else in a pool, ``timeout_s`` each), then
+    ``reward * turn_discount ** (turns - 1)``, once.
 
     The discounted value is the episode's ``reward`` (what AReaL trains on and ``on_episode_end``
     sees); the undiscounted one is kept in ``metadata["reward_undiscounted"]``. With
@@ -115,19 +47,12 @@ class RewardScorer:
         reject_truncated: bool = False,
         stats: RewardStats | None = None,
     ):
-        if processes < 0:
-            raise UsageError(f"workflow.reward_processes must be >= 0, got {processes}")
-        if timeout_s <= 0:
-            raise UsageError(f"workflow.reward_timeout_s must be > 0 seconds, got {timeout_s}")
         if not 0.0 < turn_discount <= 1.0:
             raise UsageError(f"workflow.turn_discount must be in (0, 1], got {turn_discount}")
-        self.sections = reward if isinstance(reward, list) else [reward]
-        self.base_dir = base_dir
-        self.processes = processes
-        self.timeout_s = timeout_s
+        self.score = PoolScorer(reward, base_dir=base_dir, processes=processes, timeout_s=timeout_s, stats=stats,
+                                prefix="workflow.")
         self.turn_discount = float(turn_discount)
         self.reject_truncated = reject_truncated
-        self.stats = stats if stats is not None else get_reward_stats()
 
     async def __call__(self, episode: Episode, sample: Sample) -> None:
         view = episode.training
@@ -135,40 +60,7 @@ class RewardScorer:
             episode.finish(EpisodeStatus.FAILED, "the episode was cut by the length budget (workflow.reject_truncated)")
             episode.training = None
             episode.metadata[UNTRAINED] = TRUNCATED
-        if self.processes == 0 or not episode.status.trainable:
-            await score_episode(episode, sample, self.sections, base_dir=self.base_dir, stats=self.stats, notify=False)
-        else:
-            self._apply(episode, await self._in_pool(episode, sample))
+        await self.score(episode, sample)
         if episode.reward is not None and view is not None and episode.training is not None:
             episode.metadata[UNDISCOUNTED] = episode.reward
             episode.reward = discounted(episode.reward, view.num_turns, self.turn_discount)
-
-    async def _in_pool(self, episode: Episode, sample: Sample) -> dict[str, Any]:
-        specs = [(s.name, s.trajectory_aware) for s in self.sections]
-        pool = _pool(self.processes)
-        try:
-            future = asyncio.get_running_loop().run_in_executor(
-                pool, score_in_process, specs, self.base_dir, episode.model_dump_json(), sample.model_dump_json(),
-            )
-            return await asyncio.wait_for(future, timeout=self.timeout_s)
-        except UsageError:  # a bad reward reference: every episode would fail alike
-            raise
-        except TimeoutError:
-            _replace_pool(self.processes, pool, kill_after_s=self.timeout_s)  # its worker may be stuck
-            why = f"TimeoutError: the reward did not finish within {self.timeout_s:g} s"
-        except BrokenProcessPool as exc:  # a reward process died (OOM kill, segfault, os._exit)
-            _replace_pool(self.processes, pool, kill_after_s=None)
-            why = f"BrokenProcessPool: the reward process died ({exc})"
-        except Exception as exc:  # the pool could not run it (e.g. a result it could not pickle)
-            why = f"{type(exc).__name__}: {exc}"
-        return {"reward": None, "rewards": {}, "reward_errors": {s.name: why for s in self.sections}}
-
-    def _apply(self, episode: Episode, result: dict[str, Any]) -> None:
-        episode.rewards = {name: validate_reward_value(name, v) for name, v in result["rewards"].items()}
-        episode.reward_errors = dict(result["reward_errors"])
-        episode.reward = None if episode.reward_errors else result["reward"]
-        for name, value in episode.rewards.items():
-            self.stats.record_value(name, value)
-        for name in episode.reward_errors:
-            self.stats.record_failure(name)
-        self.stats.record_episode(episode.reward, bool(episode.reward_errors))

@@ -23,33 +23,27 @@ job, tokenizer (the kit's ``shared_tokenizer``), agent, one ``TokenLLM``/``Episo
 engine, one gateway per event loop and engine, the counters (the kit's ``StepRecorder``).
 :func:`close_workflow_states` (also run at exit) stops the gateways and the reward processes.
 
-**``rollout.max_failed_steps`` stops AReaL's rollouts, not just this workflow.** AReaL 1.0.4 turns
-every exception from ``arun_episode`` into a rejected prompt (``WorkflowExecutor``'s task wrapper
-catches ``Exception``), so raising alone would leave the engine consuming the dataset forever. The
-one error path to the engine's callers is its dispatcher's fail-fast slot (see :func:`stop_areal`):
-once set, AReaL's own ``submit``/``wait``/``wait_for_task``/``rollout_batch``/``prepare_batch``
-raise ``RuntimeError("Background thread failed: <the kit's error>")`` from the kit's ``AworldError``.
-That ends a trainer that holds the engine (SPMD mode); AReaL's single-controller ``RolloutController``
-catches its workers' RPC errors, so there only the rollout worker stops (docs/backend-areal.md).
+**``rollout.max_failed_steps`` stops AReaL's rollouts, not just this workflow.** The kit's
+``StepRecorder`` counts ``groups_per_step`` groups as a step; once it trips, this workflow stops
+AReaL through its dispatcher's fail-fast slot (``aworld_areal.stopping``), in SPMD mode (the engine
+in the trainer) and in single-controller mode (with ``watch_rollouts`` on the controller).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import threading
-from dataclasses import asdict, dataclass, is_dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from areal.api.workflow_api import RolloutWorkflow
-from areal.utils import logging as areal_logging
 
 from aworld_areal.data import sample_from_row
 from aworld_areal.engine import ArealTokenEngine, as_gconfig
 from aworld_areal.openai_agent import Gateways, OpenAIAgent
 from aworld_areal.scoring import TRUNCATED, RewardScorer, shutdown_pools
+from aworld_areal.stopping import STOP_GRACE_S, logger, stop_areal
 from aworld_areal.tensors import group_tensors
 from aworld_core.config import JobConfig
 from aworld_core.errors import UsageError
@@ -66,16 +60,10 @@ from aworld_core.worker import (
     shared_tokenizer,
     step_metrics,
 )
+from aworld_core.worker.cache import options_key
 from aworld_core.worker.outcomes import REASONS as KIT_REASONS
+from aworld_core.worker.outcomes import count_metrics
 
-# AReaL's logger: its getLogger resets the root logger, so a stdlib logger made before would be
-# orphaned; this one also reaches AReaL's log files
-logger = areal_logging.getLogger("AworldWorkflow")
-
-# how long the group that stopped AReaL waits before raising: AReaL's consumer thread (polling every
-# 50 ms) sees the stop and exits first, so this group's rejection is never collected and the caller's
-# wait raises instead of returning it (destroying the engine cancels the wait)
-STOP_GRACE_S = 30.0
 # why a member did not train: the kit's reasons and the scorer's (counted per step in AReaL's stats)
 REASONS = (*KIT_REASONS, TRUNCATED)
 WRAPPED = (
@@ -111,8 +99,6 @@ class WorkflowState:
             raise UsageError("the job has no reward section; AReaL trains on rewards (set reward: {name: ...})")
         if options.max_response_tokens is not None and options.max_response_tokens < 1:
             raise UsageError(f"workflow.max_response_tokens must be >= 1, got {options.max_response_tokens}")
-        if options.groups_per_step is not None and options.groups_per_step < 1:
-            raise UsageError(f"groups_per_step must be >= 1, got {options.groups_per_step}")
         self.job = job
         self.options = options
         self.tokenizer = shared_tokenizer(tokenizer)
@@ -138,7 +124,7 @@ class WorkflowState:
         self._halted: dict[int, bool] = {}  # id(engine) -> whether stop_areal stopped it
         self._warned_extra = False
         self._lock = threading.Lock()
-        self._runners: dict[int, tuple[Any, EpisodeRunner]] = {}
+        self._runners: WorkerCache[tuple[Any, EpisodeRunner]] = WorkerCache()  # id(engine) -> (engine, runner)
 
     # the counters (process-wide): members trained, members not trained by reason, the latest of
     # those (reason, episode id, why), groups dropped, the kit's error once the all-failed stop tripped
@@ -152,25 +138,20 @@ class WorkflowState:
 
     def runner(self, engine: Any) -> EpisodeRunner:
         """The kit's runner over ``engine`` (one ``TokenLLM`` per engine; sessions are per episode)."""
-        with self._lock:
-            entry = self._runners.get(id(engine))
-        if entry is not None and entry[0] is engine:
-            return entry[1]
+        return self._runners.get(id(engine), lambda: (engine, self._build_runner(engine)),
+                                 valid=lambda entry: entry[0] is engine)[1]
+
+    def _build_runner(self, engine: Any) -> EpisodeRunner:
         o = self.options
         llm = build_token_llm(
             ArealTokenEngine(engine, self.gconfig, self.tokenizer), self.tokenizer, self.job,
             chat_template=o.chat_template, tool_parser=o.tool_parser, max_response_tokens=o.max_response_tokens,
         )
-        runner = EpisodeRunner.from_job(
+        return EpisodeRunner.from_job(
             self.job, llm, agent=self.agent, scorer=self.scorer, max_steps=o.max_steps,
             timeout=o.episode_timeout_s or self.job.rollout.timeout_for(self.agent),
             concurrency=sys.maxsize,  # AReaL bounds it: rollout.max_concurrent_rollouts prompts in flight
         )
-        with self._lock:
-            entry = self._runners.get(id(engine))
-            if entry is None or entry[0] is not engine:
-                entry = self._runners[id(engine)] = (engine, runner)
-        return entry[1]
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop this state's gateways (from any thread)."""
@@ -215,14 +196,12 @@ class WorkflowState:
         for episode, trained in zip(group.episodes, group.trained(), strict=True):
             if trained:
                 self._record_trained(tracker, episode)
-        counts = {**dict.fromkeys(REASONS, 0), **reasons}
         tracker.scalar(**{"aworld/accepted": float(group.dropped is None)})
         tracker.scalar(**{k: v for k, v in step_metrics(group.episodes).items()
                           if k != "aworld/episodes" and not k.startswith("aworld/untrained/")})
         # per-step counts: summed over the step's groups
         tracker.denominator(**{"aworld/groups": torch.ones(1, dtype=torch.bool)})
-        sums = {"aworld/episodes": len(group), "aworld/trained": len(group) - sum(counts.values())}
-        sums.update({f"aworld/untrained/{k}": v for k, v in counts.items()})
+        sums = count_metrics(len(group), reasons, names=REASONS)
         tracker.stat(denominator="aworld/groups", reduce_type=ReduceType.SUM,
                      **{k: torch.tensor([float(v)]) for k, v in sums.items()})
 
@@ -246,38 +225,6 @@ class WorkflowState:
         })
 
 
-def stop_areal(engine: Any, exc: BaseException) -> bool:
-    """Make AReaL's rollout calls on ``engine`` raise ``exc``; whether that was possible.
-
-    AReaL 1.0.4 has no public way for a workflow to stop training: ``WorkflowExecutor`` rejects the
-    prompt of any workflow that raises. Its ``BatchTaskDispatcher`` fails fast instead when one of
-    its background threads fails: ``_set_thread_exception(exc)`` keeps the first error, its producer
-    and consumer threads exit, and ``submit``/``wait``/``wait_for_task`` (so ``rollout_batch`` and
-    ``prepare_batch``) raise ``RuntimeError("Background thread failed: ...") from exc``. That slot
-    is private, so it is looked up defensively (tests/areal/test_dispatch.py has the canary); without
-    it (another AReaL, an engine without a ``WorkflowExecutor``) this logs why training goes on and
-    returns False: the workflow then raises for every later prompt, which AReaL rejects.
-    """
-    try:
-        dispatcher = engine.workflow_executor.dispatcher
-        set_exception = dispatcher._set_thread_exception
-        if not callable(set_exception):
-            raise TypeError(f"_set_thread_exception is {type(set_exception).__name__}, not a method")
-        set_exception(exc)
-    except Exception as missing:  # any failure here means: AReaL cannot be stopped
-        logger.error(
-            "rollout.max_failed_steps tripped but AReaL cannot be stopped from the workflow on engine %s "
-            "(engine.workflow_executor.dispatcher._set_thread_exception, AReaL 1.0.4's fail-fast slot, "
-            "is unusable: %s: %s); training goes on and AReaL rejects every further prompt with: %s. "
-            "Stop the job yourself",
-            type(engine).__name__, type(missing).__name__, missing, exc,
-        )
-        return False
-    logger.error("stopped AReaL's rollouts on engine %s: its submit/wait/prepare_batch now raise: %s",
-                 type(engine).__name__, exc)
-    return True
-
-
 def _require_areal_plugin() -> None:
     from aworld_areal import plugin
     from aworld_core.plugins import get_plugin_manager
@@ -291,16 +238,10 @@ def _require_areal_plugin() -> None:
         )
 
 
-def _options_key(gconfig: Any, tokenizer: Any, options: WorkflowOptions) -> str:
-    g = asdict(gconfig) if is_dataclass(gconfig) and not isinstance(gconfig, type) else gconfig
-    tok = str(tokenizer) if isinstance(tokenizer, (str, Path)) else f"object:{id(tokenizer)}"
-    return json.dumps({"gconfig": g, "tokenizer": tok, **asdict(options)}, sort_keys=True, default=str)
-
-
 def workflow_state(job: Any, gconfig: Any, tokenizer: Any, options: WorkflowOptions) -> WorkflowState:
     """The process's state for ``job`` (JSON text, dict, file path or ``JobConfig``) and options,
     built on first use (the job parsed, the tokenizer loaded, the agent built: once)."""
-    return _STATES.for_job(job, _options_key(gconfig, tokenizer, options),
+    return _STATES.for_job(job, options_key(gconfig=gconfig, tokenizer=tokenizer, options=options),
                            lambda parsed: WorkflowState(parsed, gconfig, tokenizer, options))
 
 
