@@ -523,3 +523,31 @@ def test_presets_are_typed_and_unknown_names_are_refused(tok):
     opts = family_options("gpt-oss").merged({"tool_role": "user"})
     assert opts.terminators == ["<|call|>", "<|return|>"] and opts.tool_role == "user"
     assert TemplateOptions().merged(None) == TemplateOptions()
+
+
+def job_with_model(tmp_path, model: dict):
+    from aworld_core.worker import load_job
+
+    return load_job({
+        "name": "families", "backend": "trl", "output_dir": str(tmp_path / "run"),
+        "model": {"path": str(tmp_path / "model"), **model},
+        "agent": {"name": "a"},
+        "train_dataset": {"name": "arith", "options": {"n": 2}},
+        "reward": {"name": "exact_answer"},
+    })
+
+
+def test_the_job_model_section_chooses_the_family(tok, tmp_path):
+    from aworld_core.errors import ConfigError
+    from aworld_core.worker import build_token_llm
+
+    job = job_with_model(tmp_path, {"family": "gpt-oss", "template_options": {"tool_role": "user"}})
+    assert job.model.tool_parser == "gpt_oss"  # the family's parser unless one is given
+    llm = build_token_llm(ScriptedTokenEngine([]), tok, job, chat_template=HARMONY)
+    assert llm.options.family == "gpt-oss" and llm.options.tool_role == "user"
+    assert {tok.convert_ids_to_tokens(i) for i in llm.renderer.stop_ids} == {"<|call|>", "<|return|>"}
+    assert job_with_model(tmp_path, {}).model.tool_parser == "hermes"
+    with pytest.raises(ConfigError, match="unknown chat-template family 'gpt-4'"):
+        job_with_model(tmp_path, {"family": "gpt-4"})
+    with pytest.raises(ConfigError, match="template_options.tool_role"):
+        job_with_model(tmp_path, {"template_options": {"tool_role": "function"}})
