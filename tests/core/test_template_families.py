@@ -359,6 +359,10 @@ def check_episode(fam: TemplateFamily, tok, llm: TokenLLM, engine: ScriptedToken
             if message["role"] in ("user", "tool") and content.strip().startswith("#"):
                 tag = content.strip().split("#")[1]
                 assert text.count(f"#{tag}#") == 1, (session, tag)
+        # the tools block is part of the prompt once; a template that moves it must not repeat it
+        prompt_text = tok.decode(view.prompt_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        marker = TOOLS[0]["function"]["description"]
+        assert text.count(marker) == prompt_text.count(marker) <= 1, (session, "tools block repeated")
     seen |= {"multi_call"} if any(len(m.get("tool_calls") or []) > 1 for m in messages) else set()
     seen |= {"turns>1"} if len(outputs) > 1 else set()
     # the whole sequence is a fresh render where the family is prefix-stable
@@ -401,6 +405,41 @@ async def test_family_episodes_are_exact(name):
     wanted = {"turns>1", "env_exact"} | ({"multi_call"} if fam.max_calls > 1 else set())
     wanted |= {"template_exact"} if fam.prefix_stable else set()
     assert wanted <= seen, wanted - seen
+
+
+@pytest.mark.parametrize("name", ["llama31", "gpt_oss"])
+def test_one_call_templates_refuse_parallel_calls_clearly(name):
+    """Llama-3.1 raises on two calls in a turn; the token path must pass that on as an error, and
+    gpt-oss (whose template renders only the first call) must not attribute results silently."""
+    fam = FAMILIES[name]
+    tok = family_tokenizer(name)
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": {"q": n}}}
+             for i, n in enumerate(("search", "calc"))]
+    if name == "llama31":
+        text = '{"name": "search", "parameters": {"q": "search"}}; {"name": "calc", "parameters": {"q": "calc"}}<|eot_id|>'
+    else:
+        one = model_turn_text(fam, tok, {"role": "assistant", "content": "", "tool_calls": calls[:1]}, TOOLS)
+        two = model_turn_text(fam, tok, {"role": "assistant", "content": "", "tool_calls": calls[1:]}, TOOLS)
+        text = one[: -len("<|call|>")] + "<|end|><|start|>assistant" + two
+    engine = ScriptedTokenEngine([tok.encode(text, add_special_tokens=False)] * 2)
+    llm = build_llm(fam, engine, tok)
+
+    async def episode():
+        messages = [{"role": "user", "content": "Find x."}]
+        response = await llm.chat(messages, TOOLS, session_id="par")
+        assert [c.name for c in response.tool_calls if c.error is None] == ["search", "calc"]
+        messages.append(response.message())
+        messages += [{"role": "tool", "tool_call_id": c.id, "content": f"result of {c.name}"} for c in response.tool_calls]
+        await llm.chat(messages, TOOLS, session_id="par")
+        return llm.finish_session("par")
+
+    import asyncio
+
+    with pytest.raises((LLMError, UsageError)) as info:
+        view = asyncio.run(episode())
+        text = tok.decode(view.response_ids, skip_special_tokens=False)
+        pytest.fail(f"two calls in one turn were accepted: {text!r}")
+    assert str(info.value).strip()
 
 
 def test_phi4_refuses_tool_results_naming_the_role():
