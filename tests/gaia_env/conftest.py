@@ -30,6 +30,8 @@ SANDBOX_ENV = {
     "SANDBOX_MEMORY_MB": "768",
     "SANDBOX_MAX_OUTPUT_BYTES": "65536",
     "SANDBOX_MAX_PROCESSES": "24",
+    # the per-workspace tmpfs quota needs root; a developer's unprivileged run goes without it
+    "GAIA_ENV_WORKSPACE_QUOTA_MB": "256" if os.geteuid() == 0 else "0",
 }
 
 
@@ -174,6 +176,7 @@ def in_process_env(**settings: Any) -> Iterator[RunningEnv]:
 
     workspace_root = Path(tempfile.mkdtemp(prefix="gaia-ws-"))
     settings.setdefault("workspace_root", workspace_root)
+    settings.setdefault("workspace_quota_mb", 256 if os.geteuid() == 0 else 0)
     token = settings.pop("token", "in-process-token")
     environment = GaiaEnvironment(GaiaEnvSettings(**settings), token)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY via asyncio
