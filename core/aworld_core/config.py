@@ -397,9 +397,24 @@ def flatten_dotted(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+# Top-level sections of a verl config (what upstream AWorld's AgentTrainer(config=...) took):
+# here they belong under backends.verl, which is passed to verl as hydra overrides.
+VERL_CONFIG_KEYS = frozenset({
+    "data", "trainer", "actor_rollout_ref", "critic", "algorithm", "reward_model", "custom_reward_function",
+    "ray_init", "ray_kwargs", "global_profiler", "transfer_queue",
+})
+
+
 def _describe_expected(error: dict[str, Any]) -> str:
     kind = error.get("type", "")
     ctx = error.get("ctx") or {}
+    loc = tuple(error.get("loc") or ())
+    if kind == "extra_forbidden" and len(loc) == 1 and loc[0] in VERL_CONFIG_KEYS:
+        return (
+            f"a verl config section (upstream AWorld's AgentTrainer took verl's config): put it under "
+            f"backends.verl, i.e. backends: {{verl: {{{loc[0]}: ...}}}}; model, data files and reward go in "
+            f"the job's model / train_dataset / reward (docs/migration.md)"
+        )
     if kind == "extra_forbidden":
         return "no such field (check the spelling; see docs/architecture.md for the job config)"
     if kind == "literal_error" and "expected" in ctx:
