@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 from aworld_gaia_env.errors import ToolError
 from aworld_gaia_env.sandbox_cgroup import Cgroups
 from aworld_gaia_env.settings import GaiaEnvSettings
+from aworld_gaia_env.workspace import SCRATCH
 
 if TYPE_CHECKING:
     from aworld_gaia_env.workspace import Workspace
@@ -258,10 +259,9 @@ class Sandbox:
         }
         if mode == "audit":
             if files:  # no private file system: the files go to a scratch directory in the workspace
-                scratch = workspace.scratch_dir()
-                config["argv"] = [a.replace(RUN_DIR, str(scratch)) for a in argv]
-                for dest, text in files:
-                    (scratch / os.path.basename(dest)).write_text(text, encoding="utf-8")
+                config["argv"] = [a.replace(RUN_DIR, str(workspace.path / SCRATCH)) for a in argv]
+                for dest, text in files:  # race-free, as every root-side write into a workspace
+                    workspace.add_file(f"{SCRATCH}/{os.path.basename(dest)}", text.encode("utf-8"))
             return config
         etc = list(ETC_ALWAYS) + (list(ETC_NETWORK) if s.sandbox_allow_network else [])
         binds = [["ro", "/usr", "/usr"]]

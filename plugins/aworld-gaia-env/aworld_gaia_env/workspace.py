@@ -300,11 +300,6 @@ class Workspace:
             size = handle.tell()
         return rel, size
 
-    def scratch_dir(self) -> Path:
-        """``.sandbox/`` (audit mode's place for the Python bootstrap), owned by the episode's uid."""
-        os.close(self._open_dir([SCRATCH], SCRATCH, create=True))
-        return self.path / SCRATCH
-
     # --- listing -------------------------------------------------------------------------------
 
     def walk(self, directory: str = "", limit: int = 500) -> tuple[list[tuple[str, int | None]], bool]:
