@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 import pytest
 
@@ -93,3 +94,17 @@ def test_plugin_registers_the_environment_and_dataset():
     assert gaia.serve_command == ("python", "-m", "aworld_gaia_env", "serve")
     datasets = [spec for specs in pm.hook.register_datasets() for spec in specs]
     assert any(spec.name == "gaia" and spec.loader == "aworld_gaia_env.data:load_gaia" for spec in datasets)
+
+
+def test_idle_workspaces_are_swept_busy_ones_kept(tmp_path):
+    manager = WorkspaceManager(tmp_path / "root", idle_s=0.05)
+    idle, _ = manager.get("ep-idle")
+    busy, _ = manager.get("ep-busy")
+    with busy.in_use():
+        time.sleep(0.1)
+        assert manager.sweep() == ["ep-idle"]
+    assert not idle.path.exists() and busy.path.exists()
+    again, created = manager.get("ep-idle")  # a later call starts a fresh one
+    assert created and again.path.is_dir()
+    manager.close()
+    assert not again.path.exists() and not busy.path.exists()
