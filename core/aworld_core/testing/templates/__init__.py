@@ -61,6 +61,8 @@ FAMILIES: dict[str, TemplateFamily] = {
         TemplateFamily("qwen2_5", "qwen2_5", "qwen2.5", "hermes", ("<|im_end|>",), notes="ChatML, default system block"),
         TemplateFamily("qwen3", "qwen3", "qwen3", "hermes", ("<|im_end|>",), prefix_stable=False, reasoning="think",
                        notes="earlier <think> blocks stripped on re-render"),
+        TemplateFamily("qwen3_coder", "qwen3_coder", "qwen3-coder", "qwen3_coder", ("<|im_end|>",),
+                       notes="XML-style parameters typed back by the tool schema"),
         TemplateFamily("mistral_v3", "mistral_v3", "mistral-v3", "mistral", ("</s>",), _MISTRAL, bos="<s>", eos="</s>",
                        id_format="alnum9", prefix_stable=False,
                        notes="system text and tools block move to the last user message"),
