@@ -166,7 +166,11 @@ class Sandbox:
 
         probe = Path(os.path.realpath(self.settings.workspace_root)) / ".sandbox-probe"
         uid = self.settings.sandbox_uid_base if os.geteuid() == 0 else os.getuid()
-        prepare_directory(probe, uid)
+        try:
+            probe.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            prepare_directory(probe, uid)
+        except OSError as exc:
+            return False, f"cannot prepare a workspace for the sandbox's self-test under {probe.parent}: {exc}"
         workspace = Workspace(".sandbox-probe", probe, uid)
         config = self._config(workspace, [sys.executable, "-I", "-S", "-c", "import os; os.listdir('.')"])
         try:
