@@ -35,7 +35,7 @@ from aworld_core.schemas import TrainResult
 from aworld_trl.trainer import TrlRun, _copy_tokenizer_files, _fmt, _process_age_s
 
 GENERATION_MARK = re.compile(r"{%-?\s*generation\s*-?%}")
-DEFAULT_EVAL_MAX_TOKENS = 128
+DEFAULT_EVAL_MAX_TOKENS = 128  # per reply in the held-out evaluation when agent.max_tokens is unset
 
 
 def check_sft_section(job: Any) -> Any:
@@ -242,7 +242,8 @@ class SftRun(TrlRun):
         engine = HFTokenEngine(model, tokenizer, max_new_tokens=max_tokens,
                                batch_window_s=self.options.engine_batch_window_s,
                                max_batch_size=self.options.engine_max_batch_size or concurrency)
-        llm = build_token_llm(engine, tokenizer, self.job, max_response_tokens=max_tokens)
+        # max_tokens bounds each reply, not the episode: its replies and tool results together are longer
+        llm = build_token_llm(engine, tokenizer, self.job)
         return EpisodeRunner.from_job(self.job, llm, agent=build_agent(self.job), stats=RewardStats(),
                                       concurrency=concurrency)
 
