@@ -115,6 +115,7 @@ class Sandbox:
         self.mode = "unprobed"
         self.reason = ""
         self.bwrap = find_bwrap()
+        self.bwrap_features: list[str] = []
         self._probe_lock = threading.Lock()
         self._seccomp: dict[bool, str] = {}
         self._runs = itertools.count()
@@ -162,6 +163,11 @@ class Sandbox:
 
         if supported_arch() is None:
             return False, "the sandbox's seccomp filter has no syscall table for this architecture"
+        try:
+            usage = subprocess.run([self.bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return False, f"{self.bwrap} --help failed: {exc}"
+        self.bwrap_features = [flag for flag in ("--disable-userns", "--size") if flag in usage]
         from aworld_gaia_env.workspace import Workspace, prepare_directory
 
         probe = Path(os.path.realpath(self.settings.workspace_root)) / ".sandbox-probe"
@@ -275,6 +281,7 @@ class Sandbox:
         uid = workspace.uid
         config.update(
             bwrap=self.bwrap,
+            bwrap_features=self.bwrap_features,
             binds=binds,
             symlinks=[[f"/{name}", f"usr/{name}"] for name in MERGED_USR_LINKS if os.path.islink(f"/{name}")],
             files=[

@@ -106,12 +106,15 @@ def _memfd(name: str, data: bytes) -> int:
 
 
 def _bwrap_argv(cfg: dict, binds: list[list[str]]) -> list[str]:
-    argv = [cfg["bwrap"], "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+    features = set(cfg.get("bwrap_features", ()))
+    argv = [cfg["bwrap"], "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
             "--hostname", "sandbox", "--cap-drop", "ALL"]
+    if "--disable-userns" in features:  # bubblewrap >= 0.8; the seccomp filter refuses new namespaces anyway
+        argv.append("--disable-userns")
+    size = ["--size", str(64 * 2**20)] if "--size" in features else []  # >= 0.5; else the cgroup bounds them
     if cfg["network"]:
         argv.append("--share-net")
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(64 * 2**20), "--tmpfs", "/dev/shm",
-             "--size", str(64 * 2**20), "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/dev/shm", *size, "--tmpfs", "/tmp"]
     for link, target in cfg["symlinks"]:
         argv += ["--symlink", target, link]
     for kind, source, dest in binds:  # the workspace comes last: nothing may cover it
