@@ -462,3 +462,26 @@ def test_phi4_refuses_tool_results_naming_the_role():
         asyncio.run(episode())
     message = str(info.value)
     assert "phi4" in message and "'tool'" in message, message
+
+
+@pytest.mark.parametrize(("name", "reasoning_key"), [("gpt_oss", "thinking"), ("deepseek_r1", None), ("glm45", None)])
+def test_reasoning_reaches_the_agent(name, reasoning_key):
+    """The reasoning a family's model writes (harmony's analysis channel, <think> blocks) is the
+    response's reasoning, apart from its content."""
+    fam = FAMILIES[name]
+    tok = family_tokenizer(name)
+    message = {"role": "assistant", "content": "The answer is 7."}
+    if reasoning_key:
+        message[reasoning_key] = "Seven, since 3 + 4."
+    text = model_turn_text(fam, tok, message, TOOLS)
+    if name == "deepseek_r1":
+        text = "<think>\nSeven, since 3 + 4.\n</think>\n\n" + text
+    elif name == "glm45":
+        text = text.replace("<think></think>", "<think>Seven, since 3 + 4.</think>", 1)
+    engine = ScriptedTokenEngine([tok.encode(text, add_special_tokens=False)])
+    llm = build_llm(fam, engine, tok)
+
+    import asyncio
+
+    response = asyncio.run(llm.chat([{"role": "user", "content": "3 + 4?"}], TOOLS, session_id="r"))
+    assert (response.content, response.reasoning) == ("The answer is 7.", "Seven, since 3 + 4."), text
