@@ -296,6 +296,8 @@ def test_harmony_final_and_plain_text():
     parsed = HarmonyParser().parse(text)
     assert (parsed.content, parsed.reasoning, parsed.tool_calls) == ("Hello 🎉", "Greeting.", [])
     assert HarmonyParser().parse("Hello <b>there</b>.").content == "Hello <b>there</b>."
+    stopped = HarmonyParser().parse("<|channel|>final<|message|>Hi.<|end|><|start|>assistant<|channel|>")
+    assert (stopped.content, stopped.tool_calls) == ("Hi.", [])  # stopped in the next header: nothing more
 
 
 @pytest.mark.parametrize(

@@ -49,8 +49,8 @@ class HarmonyParser(BaseToolParser):
                 if call.error and not closed:
                     call = call.model_copy(update={"error": f"{call.error}; the message is not closed (the generation probably stopped inside it)"})
                 calls.append(call)
-            elif body is None:  # a header the generation stopped in
-                if header.strip():
+            elif body is None:  # the text ends in a header (no content yet), or is plain text
+                if not header.lstrip().startswith(("assistant", CHANNEL)):
                     content.append(_SPECIAL.sub("", header).strip())
             elif channel == "analysis":
                 reasoning.append(body.strip())
