@@ -69,12 +69,12 @@ def _messages(text: str) -> list[tuple[str, str | None, bool]]:
     pos = 0
     while pos < len(text):
         at = text.find(MESSAGE, pos)
-        if at < 0:
-            out.append((text[pos:], None, False))
-            break
-        header = text[pos:at]
+        header = text[pos:] if at < 0 else text[pos:at]
         if header.startswith(START):
             header = header[len(START) :]
+        if at < 0:
+            out.append((header, None, False))
+            break
         start = at + len(MESSAGE)
         ends = [(text.find(tok, start), tok) for tok in ENDS if text.find(tok, start) >= 0]
         if not ends:
