@@ -3,8 +3,10 @@
     .venv/bin/python benchmarks/sft_from_trajectories.py [--problems 1200] [--attempts 2] [key.path=value ...]
 
 1. collection throughput: the same tasks (``--problems`` x ``--attempts`` teacher episodes)
-   collected through 1 task server (the baseline) and through 3, one client each time; printed
-   side by side (episodes/s over the whole collection, first claim to last result);
+   collected through 1 task server (the baseline) and through 3, one client each time, for each
+   teacher latency in ``--teacher-delay-s`` (0: the scripted teacher at its own, CPU-bound speed;
+   0.25 s per reply: as a served model); printed side by side (episodes/s over the whole
+   collection, first claim to last result);
 2. the example's pipeline on the 3-server collection: trajectories kept, tokens trained, SFT
    steps and time, held-out accuracy before -> after, wall time.
 
@@ -37,6 +39,8 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=1200)
     parser.add_argument("--attempts", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=32, help="tasks per server at once")
+    parser.add_argument("--teacher-delay-s", default="0,0.25", help="teacher latencies per reply (comma list); "
+                        "the pipeline trains on the last one's 3-server collection")
     parser.add_argument("--run-dir", default=str(REPO / "runs" / "bench-sft-from-trajectories"))
     parser.add_argument("--skip-train", action="store_true", help="collection throughput only")
     parser.add_argument("overrides", nargs="*", metavar="key.path=value", help="overrides for the SFT job")
@@ -45,15 +49,21 @@ def main() -> None:
     started = time.perf_counter()
     run_dir = Path(args.run_dir).resolve()
     student = example.build_student(run_dir / "student")
-    one = example.collect(student, run_dir / "collect-1", servers=1, problems=args.problems,
-                          attempts=args.attempts, concurrency=args.concurrency)
-    three = example.collect(student, run_dir / "collect-3", servers=3, problems=args.problems,
-                            attempts=args.attempts, concurrency=args.concurrency)
-    print(f"\ncollection, {one['episodes']} teacher episodes (concurrency {args.concurrency} per server):")
-    print(f"  {'servers':<10}{'episodes/s':>12}{'seconds':>10}  per server")
-    for stats in (one, three):
-        print(f"  {stats['servers']:<10}{stats['episodes_per_s']:>12}{stats['seconds']:>10}  {stats['per_host']}")
-    print(f"  3 servers / 1 server: {three['episodes_per_s'] / one['episodes_per_s']:.2f} x")
+    delays = [float(x) for x in args.teacher_delay_s.split(",")]
+    runs: list[tuple[dict, dict]] = []
+    for delay in delays:
+        pair = tuple(example.collect(student, run_dir / f"collect-{n}-{delay:g}", servers=n, problems=args.problems,
+                                     attempts=args.attempts, concurrency=args.concurrency, teacher_delay_s=delay)
+                     for n in (1, 3))
+        runs.append(pair)
+    print(f"\ncollection, {runs[0][0]['episodes']} teacher episodes (concurrency {args.concurrency} per server):")
+    print(f"  {'teacher s/reply':<16}{'servers':<9}{'episodes/s':>11}{'seconds':>9}  per server")
+    for delay, (one, three) in zip(delays, runs, strict=True):
+        for stats in (one, three):
+            print(f"  {delay:<16g}{stats['servers']:<9}{stats['episodes_per_s']:>11}{stats['seconds']:>9}  "
+                  f"{stats['per_host']}")
+        print(f"  {'':<16}3 servers / 1 server: {three['episodes_per_s'] / one['episodes_per_s']:.2f} x")
+    one, three = runs[-1]
     if args.skip_train:
         return
     code, result = example.process_and_train(three, run_dir, student, args.overrides, time.perf_counter())

@@ -84,14 +84,16 @@ class Calculator:
 class TaskServer:
     """``python -m aworld_core.serve`` running the teacher, with its own SQLite store."""
 
-    def __init__(self, work: Path, index: int, student: Path, calculator: Calculator, concurrency: int):
+    def __init__(self, work: Path, index: int, student: Path, calculator: Calculator, concurrency: int,
+                 teacher_delay_s: float = 0.0):
         self.port = _free_port()
         self.log = work / f"server-{index}.log"
         store = work / f"store-{index}.sqlite"
         for old in work.glob(f"store-{index}.sqlite*"):
             old.unlink()
         env = {**os.environ, "AWORLD_SFT_TOKENIZER": str(student), "MCP_SERVER_URL": calculator.url,
-               "MCP_SERVER_TOKEN": calculator.token, "MCP_SERVERS": "calculator"}
+               "MCP_SERVER_TOKEN": calculator.token, "MCP_SERVERS": "calculator",
+               "AWORLD_SFT_TEACHER_DELAY_S": str(teacher_delay_s)}
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "aworld_core.serve", "--port", str(self.port), "--log-level", "warning",
@@ -132,9 +134,12 @@ async def _submit_and_download(hosts: list[str], tasks: list[Any], output: Path)
 
 
 def collect(student: Path, work: Path, *, servers: int = 3, problems: int = 1200, attempts: int = 2,
-            concurrency: int = 32, seed: int = 0) -> dict[str, Any]:
+            concurrency: int = 32, seed: int = 0, teacher_delay_s: float = 0.25) -> dict[str, Any]:
     """Run the teacher on ``problems`` training problems, ``attempts`` each, through ``servers``
-    task servers and one client; download to ``work/results.jsonl``. Returns what was measured."""
+    task servers and one client; download to ``work/results.jsonl``. Returns what was measured.
+
+    ``teacher_delay_s``: the teacher waits this long per reply, as a served model would (a real
+    teacher's latency is what several servers spread; at 0 the scripted teacher is CPU-bound)."""
     from aworld_core.schemas import AworldTask
     from aworld_cpu_grpo_demo.tasks import load_arith
 
@@ -149,7 +154,7 @@ def collect(student: Path, work: Path, *, servers: int = 3, problems: int = 1200
     calculator = Calculator()
     running: list[TaskServer] = []
     try:
-        running = [TaskServer(work, i, student, calculator, concurrency) for i in range(servers)]
+        running = [TaskServer(work, i, student, calculator, concurrency, teacher_delay_s) for i in range(servers)]
         output = work / "results.jsonl"
         states = asyncio.run(_submit_and_download([s.host for s in running], tasks, output))
     finally:
@@ -161,11 +166,12 @@ def collect(student: Path, work: Path, *, servers: int = 3, problems: int = 1200
     per_host: dict[str, int] = {}
     for state in states:
         per_host[state.host or "?"] = per_host.get(state.host or "?", 0) + 1
-    stats = {"servers": servers, "episodes": len(states), "seconds": round(end - begin, 2),
+    stats = {"servers": servers, "teacher_delay_s": teacher_delay_s, "episodes": len(states), "seconds": round(end - begin, 2),
              "episodes_per_s": round(len(states) / (end - begin), 1), "per_host": sorted(per_host.values()),
              "statuses": {k: sum(1 for s in states if s.status.value == k) for k in {s.status.value for s in states}},
              "results": str(output)}
-    print(f"collected {len(states)} episodes with {servers} task server(s) in {stats['seconds']} s "
+    print(f"collected {len(states)} episodes with {servers} task server(s), teacher {teacher_delay_s} s per reply, "
+          f"in {stats['seconds']} s "
           f"({stats['episodes_per_s']} episodes/s; per server {stats['per_host']}; {stats['statuses']})")
     return stats
 
@@ -208,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--problems", type=int, default=1200, help="training problems to collect")
     parser.add_argument("--attempts", type=int, default=2, help="teacher attempts per problem (best of n)")
     parser.add_argument("--servers", type=int, default=3, help="task servers")
+    parser.add_argument("--teacher-delay-s", type=float, default=0.25,
+                        help="the teacher's wait per reply, standing for a served model's latency")
     parser.add_argument("--run-dir", default=str(RUN_DIR), help="where everything is written")
     parser.add_argument("overrides", nargs="*", metavar="key.path=value", help="overrides for job.yaml")
     args = parser.parse_args(argv)
@@ -215,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args.run_dir).resolve()
     student = build_student(run_dir / "student")
     stats = collect(student, run_dir / "collect", servers=args.servers, problems=args.problems,
-                    attempts=args.attempts)
+                    attempts=args.attempts, teacher_delay_s=args.teacher_delay_s)
     code, _ = process_and_train(stats, run_dir, student, args.overrides, started)
     return code
 

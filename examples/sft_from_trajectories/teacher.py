@@ -13,7 +13,8 @@ on exactly those ids. Its logprobs are 0.0 (a deterministic policy).
 
 Loaded by file path in each task server (``--agents teacher=.../teacher.py:solve``); the server
 process gets the tokenizer directory as ``AWORLD_SFT_TOKENIZER`` and the calculator as
-``MCP_SERVER_URL`` / ``MCP_SERVER_TOKEN`` / ``MCP_SERVERS``.
+``MCP_SERVER_URL`` / ``MCP_SERVER_TOKEN`` / ``MCP_SERVERS``, and ``AWORLD_SFT_TEACHER_DELAY_S``: a
+wait per reply standing for a served model's latency (0: the program's own speed, CPU-bound).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import re
 from typing import Any
 
 TOKENIZER_ENV = "AWORLD_SFT_TOKENIZER"
+DELAY_ENV = "AWORLD_SFT_TEACHER_DELAY_S"  # seconds per reply, as a served model would take (default 0)
 GUESS_RATE = 0.25
 QUESTION = re.compile(r"What is (\d+) \* (\d+)\?")
 USER, TOOL, END = "<|im_start|>user\n", "<|im_start|>tool\n", "<|im_end|>"
@@ -48,8 +50,9 @@ def reply_for(conversation: str, episode_id: str) -> str:
     return f"<tool_call>{call}</tool_call>"
 
 
-def teacher_engine(tokenizer: Any) -> Any:
-    """A ``ScriptedTokenEngine`` whose script is :func:`reply_for` over the decoded prompt."""
+def teacher_engine(tokenizer: Any, delay_s: float = 0.0) -> Any:
+    """A ``ScriptedTokenEngine`` whose script is :func:`reply_for` over the decoded prompt;
+    ``delay_s`` per reply stands for a served model's latency."""
     from aworld_core.tokens.engine import TokenOutput
     from aworld_core.tokens.scripted import ScriptedTokenEngine
 
@@ -58,7 +61,7 @@ def teacher_engine(tokenizer: Any) -> Any:
         ids = tokenizer.encode(text, add_special_tokens=False)
         return TokenOutput(ids, [0.0] * len(ids), None, 0)
 
-    return ScriptedTokenEngine(script)
+    return ScriptedTokenEngine(script, delay_s=delay_s)
 
 
 def _build_runner() -> Any:
@@ -72,7 +75,7 @@ def _build_runner() -> Any:
     job = JobConfig.model_validate({"model": {"path": directory, "tool_parser": "hermes"},
                                     "agent": {"name": "calculator-agent", "max_steps": 3}})
     tokenizer = load_tokenizer(directory)
-    llm = build_token_llm(teacher_engine(tokenizer), tokenizer, job)
+    llm = build_token_llm(teacher_engine(tokenizer, float(os.environ.get(DELAY_ENV) or 0)), tokenizer, job)
     return EpisodeRunner(build_agent(job), llm)
 
 
