@@ -340,6 +340,15 @@ async def test_phi4_dropping_a_tool_result_is_an_error_naming_the_template_and_r
         await llm.chat(messages, TOOLS, session_id="ep")
 
 
+async def test_a_first_prompt_whose_tool_result_the_template_drops_is_refused(tok):
+    llm = TokenLLM(ScriptedTokenEngine([]), tok, chat_template=PHI4, family="phi4")
+    history = [*QUESTION, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "calc", "arguments": {"q": "1"}}}]},
+        {"role": "tool", "tool_call_id": "a", "content": "one"}]
+    with pytest.raises(EpisodeInputError, match="leaves out the content of a new 'tool' message"):
+        await llm.chat(history, TOOLS, session_id="ep")
+
+
 async def test_phi4_with_tool_results_as_user_turns(tok):
     call = enc(tok, '<tool_call>\n{"name": "calc", "arguments": {"q": "1+1"}}\n</tool_call><|im_end|>')
     llm = TokenLLM(ScriptedTokenEngine([call, enc(tok, "2<|im_end|>")]), tok, chat_template=PHI4, family="phi4",

@@ -173,6 +173,7 @@ class ChatRenderer:
     def prompt(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> tuple[str, list[int]]:
         """The rendered first prompt (with the generation prompt) and its ids."""
         text = self.render(messages, tools, generation_prompt=True)
+        self._check_contents(text, messages)
         return text, self.encode(text)
 
     def prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
@@ -304,9 +305,12 @@ class ChatRenderer:
         )
 
     def _check_contents(self, env: str, new_messages: list[Message]) -> None:
-        """Every new message's content must be in its env text: a template that leaves one out
-        would hide it from the model and from the trained sequence."""
+        """Every new message's content must be in its rendered text: a template that leaves one
+        out would hide it from the model and from the trained sequence. Assistant messages are not
+        checked (templates legitimately cut their reasoning out of the content)."""
         for message in new_messages:
+            if message["role"] == "assistant":
+                continue
             content = (message.get("content") or "").strip()
             if not content or content in env or json.dumps(content, ensure_ascii=False)[1:-1] in env:
                 continue

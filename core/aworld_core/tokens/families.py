@@ -111,7 +111,15 @@ FAMILIES: dict[str, TemplateOptions] = {
             limits="the template moves the tools block and the system text to the last user message, so a "
             "user follow-up restarts the segment (history_rewritten)",
         ),
-        TemplateOptions(family="mistral-v11", terminators=["</s>"], tool_parser="mistral", tool_call_id="alnum9"),
+        TemplateOptions(
+            family="mistral-v11",
+            terminators=["</s>"],
+            tool_parser="mistral",
+            tool_call_id="alnum9",
+            history_changes="restart",
+            limits="the template moves the tools block to the last user message, so a user follow-up restarts "
+            "the segment (history_rewritten)",
+        ),
         TemplateOptions(
             family="deepseek-v3", terminators=_DEEPSEEK_EOS, tool_parser="deepseek_v3", tool_arguments="json"
         ),
