@@ -16,15 +16,21 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TextIO
 
 from aworld_core.errors import AworldError
 
 
 @contextlib.contextmanager
 def running_environment(command: list[str], servers: list[str] | None = None,
-                        startup_timeout_s: float = 60.0) -> Iterator[dict[str, Any]]:
-    """Run ``command`` until the block ends; yield its ``{"ip", "port", "token", "url"}``."""
+                        startup_timeout_s: float = 60.0, name: str | None = None,
+                        log: TextIO | None = None) -> Iterator[dict[str, Any]]:
+    """Run ``command`` until the block ends; yield its ``{"ip", "port", "token", "url"}``.
+
+    Everything the environment prints goes to ``log`` (default: this process's stderr, the
+    job's log), each line prefixed ``[env <name>]`` and with its token masked, from start-up to
+    exit, so a tool server's errors are seen where the job's are.
+    """
     if command and command[0] in ("python", "python3"):
         command = [sys.executable, *command[1:]]  # the environment's Python, not whatever is on PATH
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
@@ -38,6 +44,7 @@ def running_environment(command: list[str], servers: list[str] | None = None,
         lines.put(None)
 
     threading.Thread(target=pump, daemon=True, name="aworld-env-output").start()
+    forward: threading.Thread | None = None
     try:
         info = _wait_for_address(lines, seen, startup_timeout_s, command)
         previous = {k: os.environ.get(k) for k in ("MCP_SERVER_URL", "MCP_SERVER_TOKEN", "MCP_SERVERS")}
@@ -46,6 +53,10 @@ def running_environment(command: list[str], servers: list[str] | None = None,
         from aworld_core.secrets import register_secret
 
         register_secret(str(info.get("token") or ""))  # masked in logs and errors from here on
+        prefix = f"[env {name or os.path.basename(command[-1] if command else 'environment')}] "
+        forward = threading.Thread(target=_forward, args=(seen, lines, prefix, log), daemon=True,
+                                   name="aworld-env-log")
+        forward.start()
         if servers:
             os.environ["MCP_SERVERS"] = ",".join(servers)
         _refresh_settings()
@@ -65,6 +76,26 @@ def running_environment(command: list[str], servers: list[str] | None = None,
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if forward is not None:
+            forward.join(timeout=5)  # its last lines (a shutdown message) still reach the log
+
+
+def _forward(seen: list[str], lines: queue.Queue[str | None], prefix: str, log: TextIO | None) -> None:
+    """Write the start-up lines, then every later line, to the job's log with ``prefix``."""
+    from aworld_core.secrets import mask
+
+    def write(line: str) -> None:
+        target = log if log is not None else sys.stderr
+        try:
+            target.write(mask(prefix + line.rstrip("\n") + "\n"))
+            target.flush()
+        except (ValueError, OSError):  # the log was closed under us (interpreter shutdown)
+            pass
+
+    for line in seen:
+        write(line)
+    while (line := lines.get()) is not None:
+        write(line)
 
 
 def _wait_for_address(lines: queue.Queue[str | None], seen: list[str], timeout: float,

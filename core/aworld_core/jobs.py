@@ -90,44 +90,39 @@ def plan_job(backend: str, job: Any) -> tuple[Any, Any]:
 
 def launch_job(backend: str, job: Any, plan: Any) -> Any:
     """Check the framework, build the model if asked, start the job's environment, launch."""
-    import contextlib
     from pathlib import Path
 
     from aworld_core.aio import maybe_await
-    from aworld_core.errors import FrameworkNotInstalledError
     from aworld_core.imports import import_ref
     from aworld_core.plugins import get_plugin_manager
+    from aworld_core.validation import require_framework
 
     manager = get_plugin_manager()
-    catalog = manager.catalog()
-    spec = catalog.backend(backend)
-    if not spec.framework_installed():
-        raise FrameworkNotInstalledError(
-            f"backend '{backend}' needs the '{spec.framework}' framework, which is not installed in "
-            f"this environment; install it with: {spec.install_text()}"
-        )
+    require_framework(backend)
     if job.model is not None and job.model.build and not Path(job.resolve_path(job.model.path)).exists():
         import_ref(job.model.build, job.base_dir)(job.resolve_path(job.model.path))
-    environment: Any = contextlib.nullcontext()
-    if job.environment is not None:
-        from aworld_core.environments import running_environment
-
-        provided = catalog.get("environment", job.environment.name)
-        if provided is None or not provided.spec.serve_command:
-            known = ", ".join(sorted(catalog.items("environment"))) or "none"
-            raise UsageError(
-                f"environment '{job.environment.name}' is not installed or has no serve command; "
-                f"installed environments: {known}"
-            )
-        environment = running_environment(
-            [*provided.spec.serve_command, *job.environment.args],
-            servers=job.environment.servers,
-            startup_timeout_s=job.environment.startup_timeout_s,
-        )
     _export_secrets(job)
-    with environment:
+    with job_environment(job):
         result = manager.hook.launch_trainer(backend=backend, job=job, plan=plan)
         return asyncio.run(maybe_await(result)) if asyncio.iscoroutine(result) else result
+
+
+def job_environment(job: Any) -> Any:
+    """A context that runs the job's ``environment:`` (its serve command, its output in this
+    process's log) while a training or evaluation runs; a no-op for a job without one."""
+    import contextlib
+
+    if job.environment is None:
+        return contextlib.nullcontext()
+    from aworld_core.environments import running_environment
+    from aworld_core.validation import environment_command
+
+    return running_environment(
+        environment_command(job),
+        servers=job.environment.servers,
+        startup_timeout_s=job.environment.startup_timeout_s,
+        name=job.environment.name,
+    )
 
 
 def _export_secrets(job: Any) -> None:

@@ -93,22 +93,27 @@ def print_listing(out: TextIO) -> None:
 def run_eval(job: Any, limit: int | None, out: TextIO) -> int:
     from aworld_core.datasets import load_dataset_section
     from aworld_core.evaluate import evaluate
+    from aworld_core.jobs import job_environment
     from aworld_core.settings import get_settings
     from aworld_core.tools.mcp_shared import closing_shared_sessions
+    from aworld_core.validation import validate_job
     from aworld_core.worker.build import build_agent
 
-    section = job.test_dataset or job.train_dataset
-    if section is None:
-        raise UsageError("--eval needs test_dataset (or train_dataset) in the job config")
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit {limit}: give at least 1 (or leave --limit out for every task)")
     if job.reward is None:
         raise UsageError("--eval needs a reward in the job config (e.g. reward: {name: gsm8k})")
+    validate_job(None, job, evaluation=True)  # an empty dataset, bad paths, environment, reward
+    section = job.test_dataset or job.train_dataset
     samples = load_dataset_section(section, job.base_dir)[: limit or None]
-    agent = build_agent(job, cache=False)  # one error message when no plugin builds one
     output = job.resolved_output_dir(get_settings().output_root) / "eval.jsonl"
-    report = asyncio.run(closing_shared_sessions(evaluate(
-        agent, samples, job.reward, concurrency=job.rollout.concurrency, output=output,
-        timeout=job.rollout.timeout_for(agent), max_steps=job.rollout.max_turns, base_dir=job.base_dir,
-    ), agent))
+    # the job's environment runs as it does for training: agents built from MCP_SERVER_URL find it
+    with job_environment(job):
+        agent = build_agent(job, cache=False)  # one error message when no plugin builds one
+        report = asyncio.run(closing_shared_sessions(evaluate(
+            agent, samples, job.reward, concurrency=job.rollout.concurrency, output=output,
+            timeout=job.rollout.timeout_for(agent), max_steps=job.rollout.max_turns, base_dir=job.base_dir,
+        ), agent))
     out.write(report.summary() + "\n")
     return 0
 
@@ -158,6 +163,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             return run_eval(job, args.limit, out)
         backend = choose_backend(args.backend, job)
         job = job.model_copy(update={"backend": backend})
+        from aworld_core.validation import validate_job
+
+        validate_job(backend, job)  # the same checks for --dry-run and a launch: the same refusals
         plan, output_dir = plan_job(backend, job)
         if args.dry_run:
             out.write(format_plan(plan, job, output_dir))

@@ -219,6 +219,10 @@ class AgentTrainer:
             return _dump_keeping_key(job) | {"base_dir": str(Path(config).resolve().parent)}
         if isinstance(config, JobConfig):
             return _dump_keeping_key(config)
+        if type(config).__module__.startswith("omegaconf"):  # an upstream verl config (DictConfig)
+            from omegaconf import OmegaConf
+
+            config = OmegaConf.to_container(config, resolve=True)
         if isinstance(config, dict):
             return json.loads(json.dumps(config, default=str))
         raise UsageError(f"config must be a dict, a JobConfig or a config file path; got {type(config).__name__}")
@@ -228,32 +232,32 @@ class AgentTrainer:
         from aworld_core.datasets import load_dataset_section
         from aworld_core.jobs import choose_backend
         from aworld_core.plugins import get_plugin_manager
-        from aworld_core.rewards.registry import resolve_reward
         from aworld_core.settings import get_settings
+        from aworld_core.validation import validate_job
 
         self.backend = choose_backend(None, self.job)
         self.job = self.job.model_copy(update={"backend": self.backend})
         built = get_plugin_manager().hook.build_agents(job=self.job, settings=get_settings())
         if built is None:
             raise UsageError("no agent: pass agent=... or set 'agent' (fields or factory) in the config")
-        if self.job.train_dataset is None:
+        if self.job.train_dataset is None and self.job.sft is None:
             raise UsageError("no training data: pass train_dataset=... or set 'train_dataset' in the config")
-        self.train_samples = load_dataset_section(self.job.train_dataset, self.job.base_dir)
+        if self.job.reward is None and self.job.sft is None:
+            raise UsageError("no reward: pass reward_func=... or set 'reward' in the config")
+        validate_job(None, self.job)  # the CLI's checks; plan() and train() add the backend's
+        self.train_samples = (
+            load_dataset_section(self.job.train_dataset, self.job.base_dir) if self.job.train_dataset else []
+        )
         self.test_samples = (
             load_dataset_section(self.job.test_dataset, self.job.base_dir) if self.job.test_dataset else None
         )
-        if self.job.reward is None:
-            raise UsageError("no reward: pass reward_func=... or set 'reward' in the config")
-        name = self.job.reward.name
-        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-        # a reward defined in the running script is not imported again here (that would re-run it)
-        if not (main_file and name.startswith(f"{Path(main_file).resolve()}:")):
-            resolve_reward(name, base_dir=self.job.base_dir)
 
     def plan(self) -> Any:
         """What ``train()`` would launch (the same as the CLI's ``--dry-run``)."""
         from aworld_core.jobs import plan_job
+        from aworld_core.validation import validate_backend
 
+        validate_backend(self.backend, self.job)  # its framework and the inputs training needs
         plan, _ = plan_job(self.backend, self.job)
         return plan
 

@@ -53,6 +53,7 @@ def _values() -> dict[str, Any]:
 
 
 def _config(tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    (tmp_path / "model").mkdir(exist_ok=True)  # validation checks that a local model.path exists
     return {"backend": "trl", "output_dir": str(tmp_path / "out"), "model": {"path": str(tmp_path / "model")},
             **extra}
 

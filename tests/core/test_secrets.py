@@ -4,6 +4,7 @@ and the log-record masking."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 from pathlib import Path
@@ -32,6 +33,7 @@ SECRETS = (KEY, TOKEN, STDIO_KEY)
 
 def job_data(tmp_path: Path) -> dict:
     (tmp_path / "train.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
+    (tmp_path / "model").mkdir(exist_ok=True)  # validation checks that a local model.path exists
     return {
         "name": "secret-job",
         "model": {"path": str(tmp_path / "model")},
@@ -127,9 +129,13 @@ def test_dry_run_prints_no_key_even_one_typed_as_an_override(backend: str, tmp_p
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(data))
     result = run_cli("--backend", backend, "--config", str(tmp_path / "job.yaml"), "--dry-run",
                      f"agent.llm_api_key={KEY}", f"output_dir={tmp_path / 'out'}")  # fmt: skip
-    assert result.returncode == 0, result.stderr
     assert_clean(result.stdout + result.stderr, "the dry run's output")
     assert "agent.llm_api_key was given on the command line" in result.stderr and "LLM_API_KEY" in result.stderr
+    spec = importlib.util.find_spec(backend)
+    if spec is None or spec.origin is None:  # a dry-run refuses a missing framework as a launch does
+        assert result.returncode == 2 and f"needs the '{backend}' framework" in result.stderr
+        return
+    assert result.returncode == 0, result.stderr
     assert "env: AWORLD_MCP_TOKEN_GAIA_ENV" in result.stdout or '"env": "AWORLD_MCP_TOKEN_GAIA_ENV"' in result.stdout
 
 

@@ -39,6 +39,7 @@ def _agent(**kw) -> Agent:
 
 
 def _config(tmp_path: Path) -> dict:
+    (tmp_path / "model").mkdir(exist_ok=True)  # validation checks that a local model.path exists
     return {"backend": "trl", "output_dir": str(tmp_path / "out"), "model": {"path": str(tmp_path / "model")}}
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 PLAIN_SIGNATURE = "(data_source, solution_str, ground_truth, extra_info)"
 TRAJECTORY_SIGNATURE = "(episode, sample)"
+TRL_SIGNATURE = "(prompts, completions, completion_ids, ground_truth, data_source, extra_info, <extra_info keys>, **kwargs)"
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,16 @@ class ResolvedReward:
     func: Callable[..., Any]
     trajectory_aware: bool
     source: str  # "plugin <name> (<dist>)" or "import reference"
+    trl_style: bool = False  # TRL's (completions, **kwargs) -> list[float], called with a batch of one
+
+
+def _looks_trl_style(func: Callable[..., Any]) -> bool:
+    """A TRL reward function: it takes ``completions`` (and neither ``solution_str`` nor ``episode``)."""
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+    return "completions" in params and "solution_str" not in params and "episode" not in params
 
 
 def solution_text(episode: Episode) -> str:
@@ -128,7 +139,90 @@ def resolve_reward(
         )
     if not callable(func):
         raise UsageError(f"reward '{name}' resolves to {func!r}, which is not callable")
-    return ResolvedReward(name, func, aware, source)
+    return ResolvedReward(name, func, aware, source, trl_style=not aware and _looks_trl_style(func))
+
+
+def reward_call_keywords(reward: ResolvedReward, episode: Episode, sample: Sample) -> tuple[dict[str, Any], str]:
+    """The keywords ``reward`` is called with for one episode, and the signature they form."""
+    if reward.trajectory_aware:
+        return {"episode": episode, "sample": sample}, TRAJECTORY_SIGNATURE
+    if reward.trl_style:
+        return _trl_keywords(episode, sample), TRL_SIGNATURE
+    return {
+        "data_source": sample.data_source,
+        "solution_str": solution_text(episode),
+        "ground_truth": sample.ground_truth,
+        "extra_info": dict(sample.extra_info),
+    }, PLAIN_SIGNATURE
+
+
+def _trl_keywords(episode: Episode, sample: Sample) -> dict[str, Any]:
+    """TRL's reward keywords for a batch of one, as TRL passes them for a conversational dataset:
+    ``prompts`` the prompt messages, ``completions`` the messages the episode added after them
+    (assistant turns, tool calls and tool results; the final answer is the last assistant one),
+    ``completion_ids`` the sampled token ids when the episode kept them, and every dataset column:
+    ``ground_truth``, ``data_source``, ``extra_info`` and each ``extra_info`` key on its own."""
+    prompt = [dict(m) for m in sample.prompt]
+    messages = [dict(m) for m in episode.messages]
+    completion = messages[len(prompt):] if messages[: len(prompt)] == prompt else [
+        m for m in messages if m.get("role") not in ("system", "user")
+    ]
+    if not completion:
+        completion = [{"role": "assistant", "content": solution_text(episode)}]
+    ids: list[int] = []
+    for step in episode.steps:
+        data = step.exp_data.llm_call.token_data if step.exp_data.llm_call is not None else None
+        if data is not None:
+            ids.extend(data.response_ids)
+    columns = {k: v for k, v in sample.extra_info.items() if isinstance(k, str) and k.isidentifier()}
+    keywords: dict[str, Any] = {key: [value] for key, value in columns.items()}
+    keywords.update({
+        "prompts": [prompt],
+        "completions": [completion],
+        "completion_ids": [ids],
+        "ground_truth": [sample.ground_truth],
+        "data_source": [sample.data_source],
+        "extra_info": [dict(sample.extra_info)],
+        "trainer_state": None,
+    })
+    return keywords
+
+
+def check_reward_signature(reward: ResolvedReward) -> None:
+    """``UsageError`` (with the fix) when ``reward`` cannot take the keywords it will be called
+    with: what a run would find at its first scored episode, found before anything starts."""
+    episode = Episode(task_id="check", agent_id="check")
+    sample = Sample(id="check", prompt=[{"role": "user", "content": "?"}])
+    kwargs, expected = reward_call_keywords(reward, episode, sample)
+    if reward.trl_style:  # the dataset's own columns vary: only TRL's fixed names are required
+        kwargs = {k: kwargs[k] for k in ("prompts", "completions", "completion_ids", "ground_truth",
+                                         "data_source", "extra_info", "trainer_state")}
+        try:
+            params = inspect.signature(reward.func).parameters.values()
+        except (TypeError, ValueError):
+            return
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            named = {p.name for p in params}
+            kwargs = {k: v for k, v in kwargs.items() if k in named}
+            missing = [p.name for p in params if p.default is inspect.Parameter.empty
+                       and p.kind is not inspect.Parameter.VAR_POSITIONAL and p.name not in kwargs]
+            if missing:
+                raise UsageError(
+                    f"reward '{reward.name}' ({reward.source}) looks like a TRL reward function (it takes "
+                    f"completions) but also requires {missing}, which the core does not pass; TRL-style rewards "
+                    f"get {TRL_SIGNATURE}: add **kwargs and read dataset columns from it (or extra_info)"
+                )
+    _check_signature(reward, kwargs, expected)
+
+
+def _trl_value(reward: ResolvedReward, value: Any) -> Any:
+    """The one number a TRL-style reward returned for its batch of one."""
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        return value[0]
+    raise ValueError(
+        f"reward '{reward.name}' is a TRL-style reward (it takes completions), called with a batch of one "
+        f"completion; it must return a list of one number, got {value!r}"
+    )
 
 
 def compute_named_reward(
@@ -153,19 +247,26 @@ def compute_named_reward(
         trajectory_aware=trajectory_aware if trajectory_aware is not None else options.trajectory_aware,
         plugin_manager=plugin_manager or options.plugin_manager,
     )
-    if reward.trajectory_aware:
-        kwargs: dict[str, Any] = {"episode": episode, "sample": sample}
-        expected = TRAJECTORY_SIGNATURE
-    else:
-        kwargs = {
-            "data_source": sample.data_source,
-            "solution_str": solution_text(episode),
-            "ground_truth": sample.ground_truth,
-            "extra_info": dict(sample.extra_info),
-        }
-        expected = PLAIN_SIGNATURE
+    kwargs, expected = reward_call_keywords(reward, episode, sample)
+    if reward.trl_style:
+        try:
+            params = inspect.signature(reward.func).parameters.values()
+        except (TypeError, ValueError):
+            params = []
+        if params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            named = {p.name for p in params}
+            kwargs = {k: v for k, v in kwargs.items() if k in named}
     _check_signature(reward, kwargs, expected)
-    return reward.func(**kwargs)
+    value = reward.func(**kwargs)
+    if reward.trl_style:
+        if inspect.isawaitable(value):
+            return _awaited_trl_value(reward, value)
+        return _trl_value(reward, value)
+    return value
+
+
+async def _awaited_trl_value(reward: ResolvedReward, value: Any) -> Any:
+    return _trl_value(reward, await value)
 
 
 def _check_signature(reward: ResolvedReward, kwargs: dict[str, Any], expected: str) -> None:
@@ -180,7 +281,8 @@ def _check_signature(reward: ResolvedReward, kwargs: dict[str, Any], expected: s
         raise UsageError(
             f"reward '{reward.name}' ({reward.source}) has signature {reward.func.__name__}{signature}, "
             f"but is called with keywords {expected}: {exc}. Rename its parameters, or set "
-            f"reward.{other} if it is the other kind"
+            f"reward.{other} if it is the other kind (a TRL-style reward takes completions and **kwargs "
+            f"and returns a list of floats)"
         ) from None
 
 
