@@ -3,9 +3,12 @@
 Same single-turn task (the demo's "What is A * B?" without tools), same tiny model (the demo's
 tokenizer, random weights, so both sides always generate the full ``max_completion_length``),
 same sampling, same batch, in one process, alternating A/B rounds so machine load hits both.
-Prints per-step medians and the ratio (target: aworld / trl <= 1.15). Never a test.
+Prints per-step medians and the ratio (target: aworld / trl <= 1.15). With ``--vllm`` (in
+.venvs/vllm) also our rollouts sampled by vLLM, weights synced every step (target: <= 0.6 x the
+HF-engine step). Never a test.
 
     .venv/bin/python benchmarks/trl_step.py [--steps 6] [--rounds 2] [--batch 64] [--generations 8]
+    .venvs/vllm/bin/python benchmarks/trl_step.py --vllm
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ def run_trl(model_dir: Path, rows: list[dict[str, Any]], args: Any) -> list[floa
     return timer.times
 
 
-def run_aworld(model_dir: Path, samples: list[Any], args: Any, concurrency: int) -> list[float]:
+def run_aworld(model_dir: Path, samples: list[Any], args: Any, concurrency: int, engine_kind: str = "hf") -> list[float]:
     from transformers import AutoModelForCausalLM
 
     from aworld_core.agents.agent import Agent
@@ -104,12 +107,21 @@ def run_aworld(model_dir: Path, samples: list[Any], args: Any, concurrency: int)
 
     tokenizer = load_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
-    engine = HFTokenEngine(model, tokenizer, max_new_tokens=args.max_completion_length, max_batch_size=concurrency)
+    if engine_kind == "vllm":  # what backends.trl.use_vllm builds: weights synced into it every step
+        from aworld_core.tokens.vllm_engine import VLLMTokenEngine
+
+        engine = VLLMTokenEngine(model_dir, dtype="float32", max_model_len=256, gpu_memory_utilization=0.05,
+                                 enforce_eager=True, max_new_tokens=args.max_completion_length)
+    else:
+        engine = HFTokenEngine(model, tokenizer, max_new_tokens=args.max_completion_length,
+                               max_batch_size=concurrency)
     llm = TokenLLM(engine, tokenizer, max_response_tokens=args.max_completion_length)
     runner = EpisodeRunner(Agent(name="bench", conf={"max_steps": 1}), llm,
                            reward="aworld_cpu_grpo_demo.reward:exact_answer", concurrency=concurrency)
     timer = step_timer()
     with LoopThread() as loop:
+        if engine_kind == "vllm":
+            loop.run(engine.start())
         rollout = AworldRollout(runner, samples, loop=loop, engine=engine, placeholder_id=tokenizer.eos_token_id,
                                 sampling=trl_sampling(args), trajectory_every=0)
         from datasets import Dataset
@@ -117,7 +129,11 @@ def run_aworld(model_dir: Path, samples: list[Any], args: Any, concurrency: int)
         trainer = trainer_class()(model=model, reward_funcs=[make_reward_func("exact_answer")], args=args,
                                   train_dataset=Dataset.from_list(rollout.dataset_rows()),
                                   processing_class=tokenizer, rollout_func=rollout, callbacks=[timer])
-        quiet(trainer).train()
+        try:
+            quiet(trainer).train()
+        finally:
+            if engine_kind == "vllm":
+                loop.run(engine.aclose())
     return timer.times
 
 
@@ -129,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generations", type=int, default=8)
     parser.add_argument("--length", type=int, default=48, help="max_completion_length")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--vllm", action="store_true",
+                        help="also aworld rollouts on vLLM (needs .venvs/vllm); target: <= 0.6 x the HF-engine step")
     opts = parser.parse_args(argv)
 
     import torch
@@ -140,14 +158,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = [{"prompt": s.prompt, "ground_truth": s.ground_truth} for s in samples]
     trl_times: list[float] = []
     aworld_times: list[float] = []
+    vllm_times: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model_dir(Path(tmp) / "model")
         args = grpo_args(Path(tmp) / "out", opts.steps, opts.batch, opts.generations, opts.length)
         for round_no in range(opts.rounds):
             trl_times += run_trl(model_dir, rows, args)[1:]
             aworld_times += run_aworld(model_dir, samples, args, concurrency=opts.batch)[1:]
+            if opts.vllm:
+                vllm_times += run_aworld(model_dir, samples, args, concurrency=opts.batch, engine_kind="vllm")[1:]
             print(f"round {round_no + 1}: trl {statistics.median(trl_times):.3f}s/step, "
-                  f"aworld {statistics.median(aworld_times):.3f}s/step", flush=True)
+                  f"aworld {statistics.median(aworld_times):.3f}s/step"
+                  + (f", aworld+vLLM {statistics.median(vllm_times):.3f}s/step" if vllm_times else ""), flush=True)
     trl_med, aw_med = statistics.median(trl_times), statistics.median(aworld_times)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"GRPO step, {opts.batch} completions of {opts.length} tokens, {opts.threads} torch thread(s), "
@@ -155,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  TRL's own generation : median {trl_med:.3f} s/step over {len(trl_times)} steps")
     print(f"  aworld rollout_func  : median {aw_med:.3f} s/step over {len(aworld_times)} steps")
     print(f"  ratio aworld / trl   : {aw_med / trl_med:.2f}  (target <= 1.15)")
+    if vllm_times:
+        vl_med = statistics.median(vllm_times)
+        print(f"  aworld, vLLM rollouts: median {vl_med:.3f} s/step over {len(vllm_times)} steps "
+              f"(weights synced into vLLM every step)")
+        print(f"  ratio vLLM / HF engine: {vl_med / aw_med:.2f}  (target <= 0.6)")
     return 0
 
 
