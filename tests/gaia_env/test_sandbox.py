@@ -6,6 +6,7 @@ The endpoint tests run the default ``bwrap`` mode (bubblewrap, which ``make test
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -87,7 +88,13 @@ async def test_fork_bomb_is_contained(env_server):
 @pytest.mark.slow
 async def test_infinite_loop_hits_the_cpu_limit(env_server):
     text, err = await call(env_server, PY, {"code": "while True:\n    pass"}, episode="ep-loop")
-    assert not err and "CPU time limit of 2 s" in text
+    assert not err
+    if os.getloadavg()[0] > 2 * (os.cpu_count() or 1):
+        # a host this busy may not give the loop 2 s of CPU within the 10 s wall clock: either limit kills it
+        assert "CPU time limit of 2 s" in text or "still running after the time limit of 10 s" in text
+    else:
+        assert "CPU time limit of 2 s" in text
+    assert not _processes_of(env_server, "ep-loop")
     await _alive(env_server)
 
 
@@ -131,8 +138,25 @@ async def test_terminal(env_server, fakes):
 async def test_terminal_fork_bomb(env_server):
     assert await _mode(env_server) == "bwrap"
     text, err = await call(env_server, SH, {"command": ":(){ :|:& };:", "timeout_s": 2}, episode="ep-shfork")
-    assert not err and ("killed" in text or "Resource temporarily unavailable" in text)
+    # the process limit stops it, the wall clock kills it, or the shell returns first: in every case
+    # the end of the sandbox's pid namespace takes every process it started
+    assert not err and "exit code:" in text
+    assert not _processes_of(env_server, "ep-shfork")
     await _alive(env_server)
+
+
+def _processes_of(env, episode: str) -> list[int]:
+    """Host processes still running as the episode's uid (a contained run leaves none)."""
+    uid = os.stat(env.workspace_root / episode).st_uid
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.stat(entry.path).st_uid == uid:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 # ---------------------------------------------------------------------------------------------

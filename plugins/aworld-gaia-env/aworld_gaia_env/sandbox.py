@@ -20,12 +20,14 @@ Two modes, chosen by ``SANDBOX_ISOLATION`` and checked once per process by :meth
 
 Both: CPU time (RLIMIT_CPU), address space (RLIMIT_AS), file size and process limits, a
 wall-clock timeout and a cap on captured output; whatever exceeds a limit is killed with all it
-started (killing bubblewrap ends its pid namespace), and the result says which limit it hit.
+started (the command is pid 1 of its own pid namespace: its death ends every process in it), and
+the result says which limit it hit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -347,6 +349,22 @@ class Sandbox:
             raise ToolError(f"the sandbox could not start the command: {result.stderr.strip()}")
         return result
 
+    async def _stop(self, process: asyncio.subprocess.Process, waiter: asyncio.Future) -> None:
+        """Kill a run. In bwrap mode the command is pid 1 of the run's pid namespace (``--as-pid-1``)
+        and bubblewrap's child: it goes first, so that its death takes every process of the
+        namespace and bubblewrap still reaps it (killed first, bubblewrap would leave it a zombie of
+        the container's pid 1, which in an image whose entry point is this server never reaps)."""
+        if self.mode == "bwrap":
+            for child in _children(process.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(child, signal.SIGKILL)
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), timeout=2)
+                return
+            except TimeoutError:
+                pass
+        _kill_group(process.pid)
+
     async def _supervise(self, process: asyncio.subprocess.Process, timeout: float, started: float) -> SandboxResult:
         cap = self.settings.sandbox_max_output_bytes
         over = asyncio.Event()
@@ -381,7 +399,7 @@ class Sandbox:
                     output_limited = True
                 else:
                     timed_out = True
-                _kill_group(process.pid)
+                await self._stop(process, waiter)
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), timeout=10)
             except TimeoutError:
@@ -431,12 +449,28 @@ class Sandbox:
 
 
 def _kill_group(pid: int) -> None:
-    """SIGKILL the launcher's process group: in bwrap mode that is bubblewrap, whose death ends
-    the sandbox's pid namespace and so every process in it (setsid'd and forked ones too)."""
+    """SIGKILL the launcher's process group: the command and what it started in audit mode, and
+    in bwrap mode bubblewrap, whose death (``--die-with-parent``) ends the sandbox's pid namespace."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (from /proc, without CONFIG_PROC_CHILDREN)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
 
 
 def _count_processes(uid: int) -> int:

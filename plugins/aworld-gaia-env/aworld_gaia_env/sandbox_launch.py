@@ -107,7 +107,7 @@ def _memfd(name: str, data: bytes) -> int:
 
 def _bwrap_argv(cfg: dict, binds: list[list[str]]) -> list[str]:
     features = set(cfg.get("bwrap_features", ()))
-    argv = [cfg["bwrap"], "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+    argv = [cfg["bwrap"], "--unshare-all", "--unshare-user", "--as-pid-1", "--die-with-parent", "--new-session",
             "--hostname", "sandbox", "--cap-drop", "ALL"]
     if "--disable-userns" in features:  # bubblewrap >= 0.8; the seccomp filter refuses new namespaces anyway
         argv.append("--disable-userns")
