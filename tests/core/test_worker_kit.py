@@ -679,3 +679,70 @@ async def test_a_failed_episode_made_outside_run_drops_its_sessions(tok, observe
     episode = runner.failed(sample(), RolloutContext(episode_id="ep-x"), EpisodeStatus.CANCELLED, "ended outside")
     assert episode.status is EpisodeStatus.CANCELLED and episode.error == "ended outside"
     assert llm.session_ids() == [] and episode.training is None
+
+
+def test_count_metrics_name_every_reason_and_options_keys_are_stable() -> None:
+    import dataclasses
+
+    from aworld_core.worker.cache import options_key
+    from aworld_core.worker.outcomes import REASONS, count_metrics
+
+    out = count_metrics(4, {"failed": 1, "truncated": 1}, names=(*REASONS, "truncated"))
+    assert out["aworld/episodes"] == 4 and out["aworld/trained"] == 2
+    assert out["aworld/untrained/failed"] == 1 and out["aworld/untrained/timeout"] == 0
+    assert set(out) == {"aworld/episodes", "aworld/trained", *(f"aworld/untrained/{r}" for r in (*REASONS, "truncated"))}
+
+    @dataclasses.dataclass
+    class Options:
+        n: int = 2
+
+    marker = object()
+    assert options_key(a=Options(), b={"x": 1}) == options_key(b={"x": 1}, a=Options())
+    assert options_key(a=Options(n=3)) != options_key(a=Options())
+    assert options_key(t=marker) == options_key(t=marker) != options_key(t=object())
+
+
+def test_stop_error_in_finds_the_kit_stop_in_text() -> None:
+    from aworld_core.worker.policy import stop_error_in
+
+    with pytest.raises(AworldError) as info:
+        FailedSteps(1).step([])
+    found = stop_error_in(f"Failed to call method 'submit': Background thread failed: {info.value}")
+    assert isinstance(found, AworldError) and str(found) == str(info.value)
+    assert stop_error_in("Connection refused") is None
+
+
+async def test_pool_scorer_scores_in_process_and_refuses_bad_settings(tok) -> None:
+    from aworld_core.config import RewardSection
+    from aworld_core.worker.scoring import PoolScorer
+
+    with pytest.raises(UsageError, match=r"workflow\.reward_processes must be >= 0"):
+        PoolScorer(RewardSection(name="gsm8k"), processes=-1, prefix="workflow.")
+    with pytest.raises(UsageError, match=r"reward_timeout_s must be > 0"):
+        PoolScorer(RewardSection(name="gsm8k"), timeout_s=0)
+    scorer = PoolScorer(RewardSection(name="gsm8k"))
+    good = Episode(id="e", task_id="s0", agent_id="a", final_answer="#### 5")
+    good.finish(EpisodeStatus.SUCCESS)
+    await scorer(good, sample())
+    assert good.reward == 1.0
+    failed = _member(1, None)
+    await scorer(failed, sample())
+    assert failed.reward is None and not failed.reward_errors  # a failed episode is not scored
+
+
+@pytest.mark.slow
+async def test_pool_scorer_scores_in_a_process_pool() -> None:
+    from aworld_core.config import RewardSection
+    from aworld_core.worker.scoring import PoolScorer, shutdown_pools
+
+    scorer = PoolScorer(RewardSection(name="gsm8k"), processes=1, timeout_s=120)
+    try:
+        episodes = []
+        for answer in ("#### 5", "#### 4"):
+            episode = Episode(task_id="s0", agent_id="a", final_answer=answer)
+            episode.finish(EpisodeStatus.SUCCESS)
+            episodes.append(episode)
+        await asyncio.gather(*(scorer(e, sample()) for e in episodes))
+        assert [e.reward for e in episodes] == [1.0, 0.0] and not any(e.reward_errors for e in episodes)
+    finally:
+        shutdown_pools()

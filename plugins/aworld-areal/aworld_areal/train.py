@@ -9,7 +9,8 @@ config decides where AReaL starts its rollout and training workers.
 ``AworldWorkflow`` forms each prompt's GRPO group itself (``gconfig.n_samples`` members, failed ones
 kept as masked rows), so ``PPOTrainer`` gets ``gconfig.n_samples = 1`` (and ``eval_gconfig``): AReaL's
 ``GroupedRolloutWorkflow`` would otherwise run the group ``n_samples`` times and drop failed members.
-The workflow's kwargs keep the configured ``n_samples``.
+The workflow's kwargs keep the configured ``n_samples``. ``watch_rollouts`` lets the workflow's
+``rollout.max_failed_steps`` stop reach ``PPOTrainer``'s ``RolloutController`` (``aworld_areal.stopping``).
 """
 
 from __future__ import annotations
@@ -132,9 +133,12 @@ def main(argv: list[str] | None = None) -> None:
     prepared = prepare(list(sys.argv[1:] if argv is None else argv))
     from areal.trainer import PPOTrainer
 
+    from aworld_areal.stopping import watch_rollouts
+
     with PPOTrainer(
         prepared.config, train_dataset=prepared.train_dataset, valid_dataset=prepared.valid_dataset
     ) as trainer:
+        watch_rollouts(trainer)  # single-controller mode: rollout.max_failed_steps reaches the controller
         trainer.train(
             workflow=WORKFLOW,
             workflow_kwargs=prepared.workflow_kwargs,
