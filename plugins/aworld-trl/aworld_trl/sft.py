@@ -50,6 +50,15 @@ def check_sft_section(job: Any) -> Any:
             raise UsageError(f"sft.{name} '{job.resolve_path(value)}' does not exist")
     if job.model is None:
         raise UsageError("an SFT job needs model (model.path: the local model directory to fine-tune)")
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is not None:  # a dry-run refuses the keys the run would
+        from trl import SFTConfig
+
+        from aworld_trl.options import check_config_keys
+
+        check_config_keys(arguments, SFTConfig, "In an SFT job (sft: set) every key of backends.trl except "
+                          "'aworld' is passed to trl.SFTConfig")
     return options
 
 
@@ -325,8 +334,13 @@ def sft_progress_class() -> type:
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                    **kwargs: Any) -> None:
-            super().on_log(args, state, control, logs=logs, **kwargs)
-            if logs and "eval_loss" in logs:
+            evaluation = bool(logs) and "eval_loss" in logs
+            every, self.print_every = self.print_every, (0 if evaluation else self.print_every)
+            try:  # an evaluation record has none of the training metrics: only our own line for it
+                super().on_log(args, state, control, logs=logs, **kwargs)
+            finally:
+                self.print_every = every
+            if evaluation:
                 line = f"step {state.global_step}/{state.max_steps}: validation loss {float(logs['eval_loss']):.4f}"
                 (self.bar.write if self.bar is not None else print)(line)
 
