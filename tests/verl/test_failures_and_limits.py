@@ -73,7 +73,7 @@ async def test_a_v0_group_keeps_its_rows_and_a_failed_member_gets_the_neutral_re
     """V0 repeats a prompt n times under one uid; the worker runs the rows of its chunk together."""
     from verl_testkit import StubServer
 
-    import aworld_verl.agent_loop as loop
+    import aworld_verl.groups as loop
 
     loop._warned_v0_group = False
 

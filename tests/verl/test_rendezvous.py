@@ -10,7 +10,7 @@ def test_a_v0_group_of_another_size_than_n_warns_once(caplog):
     validation's ``val_kwargs.n``; a group of another size was cut across workers."""
     from omegaconf import OmegaConf
 
-    import aworld_verl.agent_loop as loop
+    import aworld_verl.groups as loop
 
     rollout = OmegaConf.create({"n": 4, "temperature": 1.0, "top_p": 1.0, "top_k": -1,
                                 "val_kwargs": {"n": 2, "temperature": 1.0, "top_p": 0.6, "top_k": -1}})
