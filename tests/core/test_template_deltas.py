@@ -187,6 +187,21 @@ async def test_gpt_oss_sampled_return_is_kept_where_history_renders_end(tiny_llm
     assert full[:at] + [end] + full[at + 1 :] == fresh
 
 
+async def test_a_template_that_renders_only_the_first_call_is_refused(tok):
+    """gpt-oss's published template takes one call per message: the second call's result would be
+    headed with the first call's name."""
+    first_only = HARMONY.replace("{%- for c in m.tool_calls -%}", "{%- for c in m.tool_calls[:1] -%}")
+    two = enc(tok, ' to=functions.get_weather<|channel|>commentary json<|message|>{"q": "Paris"}<|end|>'
+                   '<|start|>assistant to=functions.calc<|channel|>commentary json<|message|>{"q": "1"}<|call|>')
+    llm = TokenLLM(ScriptedTokenEngine([two]), tok, chat_template=first_only, family="gpt-oss",
+                   tool_parser=HARMONY_PARSER)
+    r1 = await llm.chat(QUESTION, TOOLS, session_id="ep")
+    assert [c.name for c in r1.tool_calls] == ["get_weather", "calc"]
+    results = [{"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in r1.tool_calls]
+    with pytest.raises(EpisodeInputError, match="renders 1 of the assistant's 2 tool calls"):
+        await llm.chat([*QUESTION, r1.message(), *results], TOOLS, session_id="ep")
+
+
 @pytest.fixture
 async def tiny_llm_return_case(tok):
     first = enc(tok, "<|channel|>final<|message|>Hello.<|return|>")
@@ -483,13 +498,13 @@ MISTRAL_V3 = """
 """
 
 
-async def _two_user_turns(tok, mode: str | None):
+async def _two_user_turns(tok, mode: str | None, question=QUESTION, tools=TOOLS):
     options = {"history_changes": mode} if mode else None
     script = [enc(tok, "Sunny.</s>"), enc(tok, "Rainy.</s>")]
     llm = TokenLLM(ScriptedTokenEngine(script), tok, chat_template=MISTRAL_V3, end_of_turn="</s>",
                    template_options=options)
-    r1 = await llm.chat(QUESTION, TOOLS, session_id="ep")
-    messages = [*QUESTION, r1.message(), {"role": "user", "content": "And tomorrow?"}]
+    r1 = await llm.chat(question, tools, session_id="ep")
+    messages = [*question, r1.message(), {"role": "user", "content": "And tomorrow?"}]
     return llm, messages, script
 
 
@@ -516,6 +531,23 @@ async def test_history_changes_keep_places_the_new_turn_after_the_sampled_termin
     (env,) = env_runs(view)
     # exactly what the template renders after the assistant's </s> now (the tools block moved there)
     assert tok.decode(env) == "[AVAILABLE_TOOLS]get_weather,calc[/AVAILABLE_TOOLS][INST] And tomorrow? [/INST]"
+
+
+async def test_history_changes_keep_is_exact_when_an_earlier_turn_spells_the_terminator(tok):
+    question = [{"role": "user", "content": "What does </s> mean?"}]
+    llm, messages, script = await _two_user_turns(tok, None, question)
+    await llm.chat(messages, TOOLS, session_id="ep")
+    view = llm.finish_session("ep")
+    assert sampled_runs(view) == script
+    assert tok.decode(env_runs(view)[0]) == "[AVAILABLE_TOOLS]get_weather,calc[/AVAILABLE_TOOLS][INST] And tomorrow? [/INST]"
+
+
+async def test_history_changes_keep_refuses_an_ambiguous_cut(tok):
+    """A moved tools block that spells the terminator leaves two candidates: an error, not a guess."""
+    tools = [{"type": "function", "function": {"name": "odd</s>name", "parameters": {"type": "object"}}}]
+    llm, messages, _ = await _two_user_turns(tok, None, tools=tools)
+    with pytest.raises(EpisodeInputError, match="cannot be placed exactly .*history_changes='restart'"):
+        await llm.chat(messages, tools, session_id="ep")
 
 
 # -- options and presets -------------------------------------------------------------------------

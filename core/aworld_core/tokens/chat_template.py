@@ -205,6 +205,7 @@ class ChatRenderer:
         start = _common_prefix(previous, past) if previous is not None else 0
         changed = previous is not None and start < len(previous)
         end = self._turn_end(past, start)
+        self._check_calls(past[start:end], history[-1])
         if full.startswith(past[:end]):
             at = end
         else:
@@ -219,7 +220,7 @@ class ChatRenderer:
                     "sampled so far is not the start of the template's conversation; set "
                     "template_options.history_changes to 'keep' or 'restart'"
                 )
-            at = self._tail_start(past[:end], full, history, new_messages, tools)
+            at = self._tail_start(full, history, new_messages, tools)
         if changed:
             self._note_history_change()
         env = full[at:]
@@ -268,7 +269,6 @@ class ChatRenderer:
 
     def _tail_start(
         self,
-        past: str,
         full: str,
         history: list[Message],
         new_messages: list[Message],
@@ -276,26 +276,26 @@ class ChatRenderer:
     ) -> int:
         """The assistant's terminator in ``full`` when earlier turns were re-rendered.
 
-        The first new message's content is located exactly (a probe text inserted in its middle
-        keeps any check a template makes on how the content starts or ends, and the first
-        difference must be preceded by the content's first half); the terminator is the last one
-        between where ``past`` and ``full`` part and that content: only template text lies there.
+        Two probe renders bound it: a probe text inserted in the middle of the last assistant's
+        content and in the middle of the first new message's content (the middle keeps any check a
+        template makes on how a content starts or ends). The first difference from ``full`` is
+        inside the assistant's turn, resp. inside the new content (which must be preceded by its
+        first half). Exactly one terminator must lie between the two: the assistant's own. A second
+        one (spelled by the model's text or by template text such as a moved tools block) would make
+        the cut a guess, so that is an error.
         """
+        low = _common_prefix(full, self.render([*_probed(history, -1), *new_messages], tools, generation_prompt=True))
         first = new_messages[0]
         content = first.get("content") or ""
         half = len(content) // 2
-        probe = next(p for p in _PROBES if not content[half:].startswith(p[0]))
-        probed = {**first, "content": content[:half] + probe + content[half:]}
-        other = self.render([*history, probed, *new_messages[1:]], tools, generation_prompt=True)
-        at = _common_prefix(full, other)
-        begin = at - half
-        if begin < 0 or full[begin:at] != content[:half]:
+        begin = _common_prefix(full, self.render([*history, *_probed(new_messages, 0)], tools, generation_prompt=True))
+        begin -= half
+        if begin < low or full[begin : begin + half] != content[:half]:
             raise EpisodeInputError(self._unplaceable(new_messages))
-        part = _common_prefix(past, full)  # the terminator may begin inside it ("<" of "<think>"), not before
-        best = max(full.rfind(t, max(0, part - len(t) + 1), begin) for t in self.closing)
-        if best < 0:
+        found = {at for t in self.closing for at in _occurrences(full, t, low, begin)}
+        if len(found) != 1:
             raise EpisodeInputError(self._unplaceable(new_messages))
-        return best
+        return found.pop()
 
     def _unplaceable(self, new_messages: list[Message]) -> str:
         return (
@@ -320,6 +320,20 @@ class ChatRenderer:
                 f"{self.template_name} leaves out the content of a new {role!r} message "
                 f"({content[:60]!r}): the model would never see it; use a template that renders {role} "
                 f"messages{hint}"
+            )
+
+    def _check_calls(self, turn: str, assistant: Message) -> None:
+        """A template that renders the assistant's tool calls must render all of them: one that
+        keeps only the first (gpt-oss's takes one per message) would head the results of the others
+        with the wrong call. Templates that render no calls at all (Phi-4) are left alone: the
+        sequence keeps the calls as sampled."""
+        names = [c["function"]["name"] for c in assistant.get("tool_calls") or []]
+        shown = sum(min(turn.count(name), names.count(name)) for name in set(names))
+        if 0 < shown < len(names):
+            raise EpisodeInputError(
+                f"{self.template_name} renders {shown} of the assistant's {len(names)} tool calls "
+                f"({', '.join(names)}) in one turn, so the results that follow would be attributed to the wrong "
+                "calls; use a template that renders every call of a turn, or have the model make one call per turn"
             )
 
     def _note_history_change(self) -> None:
@@ -370,6 +384,25 @@ class ChatRenderer:
             "cannot tell which token ends an assistant turn in this chat template; pass end_of_turn= "
             "(e.g. '<|im_end|>' or '<|eot_id|>') or a family"
         )
+
+
+def _probed(messages: list[Message], index: int) -> list[Message]:
+    """``messages`` with a probe text inserted in the middle of message ``index``'s content."""
+    out = list(messages)
+    content = out[index].get("content") or ""
+    half = len(content) // 2
+    probe = next(p for p in _PROBES if not content[half:].startswith(p[0]))
+    out[index] = {**out[index], "content": content[:half] + probe + content[half:]}
+    return out
+
+
+def _occurrences(text: str, sub: str, start: int, end: int) -> list[int]:
+    """Where ``sub`` starts in ``text[start:end]`` (whole occurrences only)."""
+    found, at = [], text.find(sub, start, end)
+    while at >= 0:
+        found.append(at)
+        at = text.find(sub, at + 1, end)
+    return found
 
 
 def _json_arguments(call: dict[str, Any]) -> dict[str, Any]:

@@ -423,7 +423,8 @@ class TokenLLM:
         if self.parse_reasoning:
             reasoning, text = split_reasoning(text)
         parsed = self.tool_parser.parse(text, tools=tools, id_prefix=id_prefix)
-        parsed.reasoning = reasoning
+        if reasoning is not None or not self.parse_reasoning:
+            parsed.reasoning = reasoning  # else: what the parser found (harmony's analysis channel)
         return parsed
 
 
