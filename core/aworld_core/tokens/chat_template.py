@@ -12,8 +12,9 @@ assistant's turn, so a tool result that spells a terminator cannot move the cut.
 A template that renders earlier turns differently once new ones follow (Qwen3 strips earlier
 ``<think>`` blocks, Mistral v3 moves its tools block to the last user message) is not prefix-stable;
 ``TemplateOptions.history_changes`` decides: ``keep`` the sequence the policy saw and place the new
-messages after the assistant's terminator as re-rendered (located from the first new message's
-content backwards, through template text only), ``restart`` a segment from a fresh render (the view
+messages after the assistant's terminator as re-rendered (bounded by two probe renders; exactly one
+terminator may lie between the assistant's content and the first new content, else an error),
+``restart`` a segment from a fresh render (the view
 is marked ``history_rewritten``), or ``error``. A new message whose content the template leaves out
 (Phi-4 drops tool results) and a template that raises are ``EpisodeInputError``s naming the template.
 """
