@@ -31,7 +31,7 @@ from aworld_gaia_env import __version__
 from aworld_gaia_env.errors import ToolError
 from aworld_gaia_env.services import Services
 from aworld_gaia_env.settings import GaiaEnvSettings
-from aworld_gaia_env.tools import server_catalog
+from aworld_gaia_env.tools import canonical_server, server_catalog
 from aworld_gaia_env.tools.base import ToolContext, ToolDef, ToolOutput
 from aworld_gaia_env.workspace import SHARED_KEY, Workspace, WorkspaceManager
 
@@ -62,11 +62,13 @@ class GaiaEnvironment:
         self.settings = settings
         self.token = token
         catalog = server_catalog()
-        wanted = settings.selected_servers()
-        unknown = [name for name in wanted if name not in catalog]
+        given = settings.selected_servers()
+        wanted = [canonical_server(name) for name in given]
+        unknown = [raw for raw, name in zip(given, wanted, strict=True) if name not in catalog]
         if unknown:
             raise ConfigurationError(
-                f"unknown tool server(s) {unknown} in --servers / GAIA_ENV_SERVERS; known servers: {sorted(catalog)}"
+                f"unknown tool server(s) {unknown} in --servers / GAIA_ENV_SERVERS; known servers: {sorted(catalog)} "
+                f"(upstream names with '-server', parxiv, googlesearch and browseruse are accepted too)"
             )
         self.servers: dict[str, list[ToolDef]] = {
             name: tools for name, tools in catalog.items() if not wanted or name in wanted
@@ -118,11 +120,13 @@ class GaiaEnvironment:
                 break
         if raw is None:
             return None
-        names = frozenset(part.strip() for part in raw.split(",") if part.strip())
+        names = frozenset(canonical_server(part) for part in raw.split(",") if part.strip())
         return names or None
 
     def unknown_servers(self, raw: str) -> list[str]:
-        return sorted({p.strip() for p in raw.split(",") if p.strip()} - set(self.servers))
+        """The names in an ``MCP_SERVERS`` value that this endpoint does not serve (aliases resolved)."""
+        names = {p.strip() for p in raw.split(",") if p.strip()}
+        return sorted(name for name in names if canonical_server(name) not in self.servers)
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         selection = self.selection(ctx.request)
@@ -345,7 +349,8 @@ class BearerAuth:
                     send,
                     400,
                     {"error": "unknown_servers", "detail": f"MCP_SERVERS names unknown server(s) {unknown}; "
-                     f"this endpoint serves {sorted(self.env.servers)}"},
+                     f"this endpoint serves {sorted(self.env.servers)} (each also as '<name>-server'; parxiv, "
+                     f"googlesearch and browseruse are the upstream names of arxiv, search and browser)"},
                 )
                 return
         await self.app(scope, receive, send)

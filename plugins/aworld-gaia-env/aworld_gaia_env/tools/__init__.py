@@ -26,6 +26,31 @@ SERVER_NAMES = (
 )
 
 
+SERVER_ALIASES = {
+    "parxiv": "arxiv",
+    "googlesearch": "search",
+    "browseruse": "browser",
+}
+"""Upstream names that differ from ours beyond the ``-server`` suffix."""
+
+SEED_SERVERS = (
+    "readweb-server,browseruse-server,documents-csv-server,documents-docx-server,documents-pptx-server,"
+    "documents-pdf-server,documents-txt-server,download-server,intelligence-code-server,intelligence-think-server,"
+    "intelligence-guard-server,media-audio-server,media-image-server,media-video-server,parxiv-server,"
+    "terminal-server,wayback-server,wiki-server,googlesearch-server"
+)
+"""The upstream seed's own ``MCP_SERVERS`` value (its agent config sends exactly this)."""
+
+
+def canonical_server(name: str) -> str:
+    """Our name for a server name as users write it: ``-server`` suffix dropped, upstream aliases mapped
+    (``parxiv-server`` -> ``arxiv``, ``googlesearch-server`` -> ``search``, ``browseruse-server`` -> ``browser``)."""
+    plain = name.strip().lower()
+    if plain.endswith("-server"):
+        plain = plain[: -len("-server")]
+    return SERVER_ALIASES.get(plain, plain)
+
+
 def server_catalog() -> dict[str, list[ToolDef]]:
     """Every server's tools, in the order above (document parsers import their libraries lazily)."""
     from aworld_gaia_env.tools import attachments, code, documents, llm_tools, web

@@ -1,0 +1,59 @@
+"""The upstream seed's server names: '-server' suffixes, parxiv, googlesearch, browseruse, and the seed's
+exact MCP_SERVERS value through aworld-core's get_agent_tool_env_and_servers."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+from gaia_env.conftest import connect, in_process_env, text_of
+
+from aworld_gaia_env.server import ConfigurationError, GaiaEnvironment
+from aworld_gaia_env.settings import GaiaEnvSettings
+from aworld_gaia_env.tools import canonical_server
+
+
+@pytest.mark.parametrize(
+    "given, ours",
+    [
+        ("readweb-server", "readweb"),
+        ("parxiv-server", "arxiv"),
+        ("googlesearch-server", "search"),
+        ("browseruse-server", "browser"),
+        ("browseruse", "browser"),
+        ("browser-server", "browser"),
+        ("media-video-server", "media-video"),
+        (" Terminal-Server ", "terminal"),
+        ("wiki", "wiki"),
+    ],
+)
+def test_canonical_names(given, ours):
+    assert canonical_server(given) == ours
+
+
+async def test_suffixed_and_upstream_names_select_our_servers():
+    with in_process_env(servers="terminal-server,parxiv,googlesearch-server,wiki") as env:
+        async with connect(env, servers="terminal-server, parxiv-server,googlesearch-server") as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            refused = await client.call_tool("wiki__search", {"query": "x"})
+    assert {name.split("__")[0] for name in names} == {"terminal", "arxiv", "search"}
+    assert refused.is_error and "did not select" in text_of(refused)
+
+
+def test_settings_accept_upstream_names_and_refuse_unknown_ones(tmp_path):
+    env = GaiaEnvironment(GaiaEnvSettings(servers="parxiv-server,wiki-server", workspace_root=tmp_path), "t")
+    assert set(env.servers) == {"arxiv", "wiki"}
+    with pytest.raises(ConfigurationError, match="wikipedia-server"):
+        GaiaEnvironment(GaiaEnvSettings(servers="wikipedia-server", workspace_root=tmp_path), "t")
+
+
+async def test_a_server_this_deployment_does_not_serve_is_a_400():
+    with in_process_env(servers="wiki") as env:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(
+                env.url,
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+                headers={"Authorization": f"Bearer {env.token}", "MCP_SERVERS": "wiki-server,parxiv-server"},
+            ) as response:
+                assert response.status == 400
+                body = await response.json()
+    assert body["error"] == "unknown_servers" and "parxiv-server" in body["detail"] and "wiki-server" not in body["detail"]
