@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
 
 from aworld_core.config import load_job_config
-from aworld_core.errors import ConfigError
+from aworld_core.errors import ConfigError, UsageError
 from aworld_trl.options import grpo_config, split_section
 
 
@@ -133,6 +134,10 @@ def test_zero3_and_fsdp_are_refused_at_plan_time(tmp_path):
         assert needle in str(caught.value)
     plain = load_job_config(data={"name": "t", "backend": "trl", "output_dir": str(tmp_path),
                                   "backends": {"trl": {"deepspeed": {"zero_optimization": {"stage": 2}}}}})
+    if importlib.util.find_spec("deepspeed") is None:  # planning builds the GRPOConfig, as the run does
+        with pytest.raises(UsageError, match="deepspeed"):
+            plan_job("trl", plain)
+        return
     plan, _ = plan_job("trl", plain)  # ZeRO-2 keeps whole parameters on every rank: accepted
     assert plan.entrypoint == "aworld_trl.trainer:train"
 

@@ -90,6 +90,30 @@ class Targets(BaseModel):
     min_final_reward: float | None = Field(default=None, description="Mean training reward of the last steps.")
 
 
+class LoraOptions(BaseModel):
+    """``backends.trl.aworld.lora``: train LoRA adapters (``peft``) instead of every weight.
+
+    The fields are ``peft.LoraConfig``'s (TRL's ``--lora_r/--lora_alpha/...`` script flags); the
+    checkpoint then holds the adapter, which ``peft.PeftModel.from_pretrained(base, checkpoint)``
+    loads on the base model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = Field(default=16, ge=1, description="Adapter rank.")
+    alpha: float = Field(default=32, gt=0, description="lora_alpha: the adapter's scale is alpha / r.")
+    dropout: float = Field(default=0.05, ge=0, lt=1)
+    target_modules: list[str] | str = Field(default="all-linear", description="Module names, or 'all-linear'.")
+    bias: Literal["none", "all", "lora_only"] = "none"
+    modules_to_save: list[str] | None = Field(default=None, description="Modules trained in full beside the adapter.")
+
+    def peft_config(self) -> Any:
+        from peft import LoraConfig
+
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+                          target_modules=self.target_modules, bias=self.bias,
+                          modules_to_save=self.modules_to_save, task_type="CAUSAL_LM")
+
+
 class TrlOptions(BaseModel):
     """``backends.trl.aworld``: how the TRL backend runs around ``GRPOTrainer``."""
 
@@ -120,8 +144,11 @@ class TrlOptions(BaseModel):
         "is many small ops: one thread leaves the other cores to the episodes' Python and the tools.",
     )
     targets: Targets | None = None
+    lora: LoraOptions | None = Field(default=None, description="Train LoRA adapters (needs peft).")
     # set from backends.trl.use_vllm (not an option of this section)
     vllm: VllmRollout | None = Field(default=None, exclude=True)
+    # set from backends.trl.resume_from_checkpoint: what Trainer.train(resume_from_checkpoint=) gets
+    resume: str | bool | None = Field(default=None, exclude=True)
 
 
 def split_vllm(arguments: dict[str, Any]) -> VllmRollout | None:
@@ -310,14 +337,75 @@ def refuse_sharded_trainer(trainer: Any) -> None:
 
 
 def check_section(job: Any) -> TrlOptions:
-    """What can be checked of ``backends.trl`` without importing TRL (plan time): our options,
-    moved keys, and no parameter sharding."""
+    """Plan-time checks of ``backends.trl`` (a dry-run and a launch both plan): our options, moved
+    keys, no parameter sharding, and, when TRL is installed, the ``GRPOConfig`` built exactly as the
+    run builds it (unknown keys, generation-only settings, values TRL refuses, ``report_to``)."""
+    import importlib.util
+
     arguments, options = split_section(job.backend_section("trl"))
     refuse_sharded_training(arguments, job)
     options.vllm = split_vllm(dict(arguments))
     if options.vllm is not None:
         require_vllm()
+    if options.lora is not None:
+        require_peft(options)
+    if importlib.util.find_spec("trl") is not None:
+        _, options = grpo_config(job, Path(job.resolved_output_dir()))
     return options
+
+
+def require_peft(options: TrlOptions) -> None:
+    """``UsageError`` with the install command when LoRA is asked for without peft; LoRA with the
+    vLLM engine is refused (the engine would need the merged weights every step)."""
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        raise UsageError("backends.trl.aworld.lora needs peft in this environment; install it with: "
+                         "pip install 'aworld-trl[peft]' (or remove aworld.lora to train every weight)")
+    if options.vllm is not None:
+        raise ConfigError("backends.trl.aworld.lora with use_vllm: the vLLM engine gets full weights every step, "
+                          "not adapters; remove use_vllm (the HF engine samples from the adapted model) or lora",
+                          [("backends.trl.aworld.lora", "set", "unset with use_vllm")])
+
+
+def resume_checkpoint(value: Any, job: Any, output_dir: Path) -> str | bool | None:
+    """``backends.trl.resume_from_checkpoint`` as ``Trainer.train`` takes it: a checkpoint directory
+    (relative: to the job's directory), or ``true`` for the newest ``checkpoint-N`` that an earlier run
+    of this job saved under ``<output>/trl``. ``ConfigError`` when there is none to resume from."""
+    if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("", "false", "none")):
+        return None
+    if value is True or (isinstance(value, str) and value.strip().lower() == "true"):
+        found = sorted(Path(output_dir, "trl").glob("checkpoint-*"),
+                       key=lambda p: int(p.name.rsplit("-", 1)[-1]) if p.name.rsplit("-", 1)[-1].isdigit() else -1)
+        if not found:
+            raise ConfigError(
+                f"backends.trl.resume_from_checkpoint: true, but {Path(output_dir, 'trl')} has no checkpoint-N "
+                f"directory; an earlier run saves them with save_strategy: steps (and save_steps), or name "
+                f"the checkpoint directory", [("backends.trl.resume_from_checkpoint", value, "an existing checkpoint")])
+        return True
+    path = Path(job.resolve_path(str(value)))
+    if not (path / "trainer_state.json").is_file():
+        raise ConfigError(
+            f"backends.trl.resume_from_checkpoint: {str(path)!r} is not a checkpoint of a TRL run (no "
+            f"trainer_state.json); name a <output>/trl/checkpoint-N directory, or true for the newest",
+            [("backends.trl.resume_from_checkpoint", value, "a checkpoint-N directory")])
+    return str(path)
+
+
+def check_config_keys(arguments: Mapping[str, Any], config_class: type, what: str) -> None:
+    """``ConfigError`` naming the keys of ``backends.trl`` that ``config_class`` (a TRL config
+    dataclass) does not have, with the closest names."""
+    known = {f.name for f in dataclasses.fields(config_class) if f.init}
+    unknown = sorted(set(arguments) - known)
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            hints.append(f"'{key}'" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        raise ConfigError(
+            f"backends.trl has keys TRL's {config_class.__name__} does not know: {', '.join(hints)}. {what}",
+            [(f"backends.trl.{key}", arguments[key], f"a trl.{config_class.__name__} field") for key in unknown],
+        )
 
 
 def require_vllm() -> None:
@@ -338,18 +426,7 @@ def grpo_config(job: Any, output_dir: Path) -> tuple[Any, TrlOptions]:
 
     arguments, options = split_section(job.backend_section("trl"))
     refuse_sharded_training(arguments, job)
-    known = {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
-    unknown = sorted(set(arguments) - known)
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, sorted(known), n=3)
-            hints.append(f"'{key}'" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-        raise ConfigError(
-            f"backends.trl has keys TRL's GRPOConfig does not know: {', '.join(hints)}. Every key of "
-            f"backends.trl except '{SECTION}' is passed to trl.GRPOConfig",
-            [(f"backends.trl.{key}", arguments[key], "a trl.GRPOConfig field") for key in unknown],
-        )
+    check_config_keys(arguments, GRPOConfig, f"Every key of backends.trl except '{SECTION}' is passed to trl.GRPOConfig")
     options.vllm = split_vllm(arguments)
     for key, default in _GENERATION_ONLY.items():
         if key in arguments and arguments[key] != default:
@@ -374,8 +451,17 @@ def grpo_config(job: Any, output_dir: Path) -> tuple[Any, TrlOptions]:
             )
         defaults.update(use_cpu=True, bf16=False)
     kwargs = {**defaults, **arguments}
+    # Trainer.train() must be given it (TrainingArguments only carries it): the run passes it on
+    options.resume = resume_checkpoint(kwargs.get("resume_from_checkpoint"), job, output_dir)
+    kwargs["resume_from_checkpoint"] = options.resume if isinstance(options.resume, str) else None
+    from aworld_core.validation import check_report_to
+
+    check_report_to(kwargs["report_to"] if kwargs["report_to"] != "none" else None)
     try:
         config = GRPOConfig(**kwargs)
+    except ImportError as exc:  # a setting whose package is missing (deepspeed, a logger)
+        raise UsageError(f"backends.trl needs a package that is not installed here: {exc}; install it, or "
+                         f"remove the setting") from None
     except (ValueError, TypeError) as exc:
         raise UsageError(f"backends.trl is not a valid TRL GRPOConfig: {exc}") from None
     return config, options

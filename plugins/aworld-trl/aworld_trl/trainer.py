@@ -163,7 +163,9 @@ class TrlRun:
                 torch_threads=options.rollout_torch_threads,
             )
             trainer, progress = self._trainer(model, tokenizer, args, rollout)
-            trainer.train()
+            # TrainingArguments only carries resume_from_checkpoint: Trainer.train must be given it
+            # (weights, optimizer, scheduler, RNG and the step count continue from the checkpoint)
+            trainer.train(resume_from_checkpoint=options.resume)
             rollout.sync_weights(model, trainer.state.global_step)  # evaluate the trained weights
             after = self._evaluate(evaluator, loop, test_samples, "after", model) if options.eval_after else None
         finally:
@@ -217,6 +219,7 @@ class TrlRun:
         )
         self.artifacts["metrics"] = str(self.output_dir / "metrics.jsonl")
         reward_name = self.job.reward.name.rsplit(":", 1)[-1].rsplit("/", 1)[-1] or "reward"
+        lora = self.options.lora
         trainer = trainer_class()(
             model=model,
             reward_funcs=[make_reward_func(reward_name)],
@@ -225,6 +228,9 @@ class TrlRun:
             processing_class=tokenizer,
             rollout_func=rollout,
             callbacks=[progress],
+            # LoRA: TRL wraps the model; peft puts the adapter layers into the model object itself,
+            # so the engine that samples from ``model`` samples from the adapted policy
+            peft_config=lora.peft_config() if lora is not None else None,
         )
         refuse_sharded_trainer(trainer)  # whatever set accelerate up (an accelerate config, env)
         trainer.remove_callback(ProgressCallback)
