@@ -350,7 +350,11 @@ def check_section(job: Any) -> TrlOptions:
     if options.lora is not None:
         require_peft(options)
     if importlib.util.find_spec("trl") is not None:
-        _, options = grpo_config(job, Path(job.resolved_output_dir()))
+        import warnings
+
+        with warnings.catch_warnings():  # TRL's own use of a name transformers 5 deprecates (see trainer.py)
+            warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
+            _, options = grpo_config(job, Path(job.resolved_output_dir()))
     return options
 
 
