@@ -206,7 +206,7 @@ class ChatRenderer:
         start = _common_prefix(previous, past) if previous is not None else 0
         changed = previous is not None and start < len(previous)
         end = self._turn_end(past, start)
-        self._check_calls(past[start:end], history[-1])
+        self._check_calls(history, tools, past)
         if full.startswith(past[:end]):
             at = end
         else:
@@ -323,19 +323,28 @@ class ChatRenderer:
                 f"messages{hint}"
             )
 
-    def _check_calls(self, turn: str, assistant: Message) -> None:
+    def _check_calls(self, history: list[Message], tools: list[dict[str, Any]] | None, past: str) -> None:
         """A template that renders the assistant's tool calls must render all of them: one that
         keeps only the first (gpt-oss's takes one per message) would head the results of the others
-        with the wrong call. Templates that render no calls at all (Phi-4) are left alone: the
-        sequence keeps the calls as sampled."""
-        names = [c["function"]["name"] for c in assistant.get("tool_calls") or []]
-        shown = sum(min(turn.count(name), names.count(name)) for name in set(names))
-        if 0 < shown < len(names):
-            raise EpisodeInputError(
-                f"{self.template_name} renders {shown} of the assistant's {len(names)} tool calls "
-                f"({', '.join(names)}) in one turn, so the results that follow would be attributed to the wrong "
-                "calls; use a template that renders every call of a turn, or have the model make one call per turn"
-            )
+        with the wrong call. Told apart by rendering the turn without its last call: the same text
+        means that call is not rendered; templates that render no calls at all (Phi-4) are left
+        alone, the sequence keeps the calls as sampled."""
+        assistant = history[-1]
+        calls = assistant.get("tool_calls") or []
+        if len(calls) < 2:
+            return
+        fewer = self.render([*history[:-1], {**assistant, "tool_calls": calls[:-1]}], tools, generation_prompt=False)
+        if fewer != past:
+            return
+        none = {k: v for k, v in assistant.items() if k != "tool_calls"}
+        if self.render([*history[:-1], none], tools, generation_prompt=False) == past:
+            return
+        raise EpisodeInputError(
+            f"{self.template_name} does not render every tool call of a turn ({len(calls)} calls: "
+            f"{', '.join(c['function']['name'] for c in calls)}), so the results that follow would be attributed "
+            "to the wrong calls; use a template that renders every call of a turn, or have the model make one "
+            "call per turn"
+        )
 
     def _note_history_change(self) -> None:
         if not self._warned:
