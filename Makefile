@@ -105,12 +105,16 @@ postgres:
 	@scripts/postgres-for-tests.sh >/dev/null || echo "WARNING: PostgreSQL could not be started; the PostgreSQL tests will be SKIPPED"
 
 # system packages the tests need: bubblewrap (the GAIA environment's sandbox for model-written code)
+# bubblewrap: the GAIA sandbox; chromium: the GAIA browser (driven by Playwright); ffmpeg: media-video
 sysdeps:
-	@command -v bwrap >/dev/null 2>&1 || { \
+	@MISSING=; command -v bwrap >/dev/null 2>&1 || MISSING="$$MISSING bubblewrap"; \
+	  [ -x /usr/lib/chromium/chromium ] || MISSING="$$MISSING chromium"; \
+	  command -v ffmpeg >/dev/null 2>&1 || MISSING="$$MISSING ffmpeg"; \
+	  [ -z "$$MISSING" ] || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=sudo; \
-	  else echo "error: bubblewrap (bwrap) is missing and installing it needs root: apt-get install -y bubblewrap" >&2; exit 1; fi; \
-	  echo "installing bubblewrap (the GAIA environment's sandbox)"; \
-	  $$SUDO apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bubblewrap >/dev/null; }
+	  else echo "error: missing system packages and installing them needs root: apt-get install -y$$MISSING" >&2; exit 1; fi; \
+	  echo "installing$$MISSING (the GAIA environment's sandbox, browser, video tools)"; \
+	  $$SUDO apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$MISSING >/dev/null; }
 
 test-core: venv postgres sysdeps
 	$(BIN)/python -m pytest $(wildcard $(CORE_TESTS))
