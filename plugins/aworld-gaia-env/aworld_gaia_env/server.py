@@ -249,7 +249,8 @@ class GaiaEnvironment:
         while True:
             await asyncio.sleep(min(60.0, max(idle / 4, 0.5)))
             try:
-                await asyncio.to_thread(self.workspaces.sweep)
+                for key in await asyncio.to_thread(self.workspaces.sweep):
+                    await self.services.end_episode(key)
             except Exception:  # the sweep must not stop; a failure is logged and retried
                 logger.exception("removing idle workspaces failed")
 
@@ -287,6 +288,7 @@ class GaiaEnvironment:
 
     async def _delete_workspace(self, request: Request) -> Response:
         try:
+            await self.services.end_episode(request.path_params["episode"])
             self.workspaces.remove(request.path_params["episode"])
         except ToolError as exc:
             return _json_error(400, str(exc))

@@ -61,6 +61,16 @@ class Services:
         self.settings = settings
         self.sandbox = Sandbox(settings)
         self._session: Any = None
+        self._browsers: Any = None
+
+    @property
+    def browsers(self) -> Any:
+        """The browser pool (:class:`aworld_gaia_env.browser.BrowserPool`), made on first use."""
+        if self._browsers is None:
+            from aworld_gaia_env.browser import BrowserPool
+
+            self._browsers = BrowserPool(self.settings, self)
+        return self._browsers
 
     async def session(self) -> Any:
         if self._session is None or self._session.closed:
@@ -72,7 +82,14 @@ class Services:
             )
         return self._session
 
+    async def end_episode(self, key: str) -> None:
+        """Close what an episode holds besides its workspace (its browser context)."""
+        if self._browsers is not None:
+            await self._browsers.close_episode(key)
+
     async def close(self) -> None:
+        if self._browsers is not None:
+            await self._browsers.close()
         if self._session is not None and not self._session.closed:
             await self._session.close()
 
@@ -88,6 +105,10 @@ class Services:
         if self.settings.allow_private_urls:
             return
         host = parts.hostname
+        allowed = {h.strip().lower() for h in self.settings.allowed_hosts.split(",") if h.strip()}
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        if host.lower() in allowed or f"{host.lower()}:{port}" in allowed:
+            return
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
         except OSError as exc:
@@ -97,7 +118,8 @@ class Services:
             if not address.is_global:
                 raise ToolError(
                     f"refusing to fetch {url!r}: {host} resolves to the non-public address {address}; "
-                    f"set GAIA_ENV_ALLOW_PRIVATE_URLS=true if this environment may reach private networks"
+                    f"set GAIA_ENV_ALLOW_PRIVATE_URLS=true if this environment may reach private networks, "
+                    f"or list the host in GAIA_ENV_ALLOWED_HOSTS"
                 )
 
     async def fetch(

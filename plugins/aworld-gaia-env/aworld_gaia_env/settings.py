@@ -115,9 +115,40 @@ class GaiaEnvSettings(BaseSettings):
         validation_alias=_env("GAIA_ENV_ALLOW_PRIVATE_URLS", "allow_private_urls"),
         description="Let download/readweb reach loopback and private addresses (off: no SSRF into the cluster).",
     )
+    allowed_hosts: str = Field(
+        default="",
+        validation_alias=_env("GAIA_ENV_ALLOWED_HOSTS", "allowed_hosts"),
+        description="Comma list of host or host:port that download/readweb/browser may reach even when private "
+        "(e.g. an intranet mirror); everything else private stays refused.",
+    )
     user_agent: str = Field(
         default="aworld-gaia-env/0.1 (+https://github.com/inclusionAI/AWorld)",
         validation_alias=_env("GAIA_ENV_USER_AGENT", "user_agent"),
+    )
+
+    # --- browser (Playwright driving Debian's chromium) -------------------------------------------
+    browser_executable: Path | None = Field(
+        default=None,
+        validation_alias=_env("BROWSER_EXECUTABLE", "browser_executable"),
+        description="Chromium binary; default Debian's /usr/lib/chromium/chromium.",
+    )
+    browser_max_pages: int = Field(default=60, ge=1, validation_alias=_env("BROWSER_MAX_PAGES", "browser_max_pages"),
+                                   description="Page loads per episode.")
+    browser_max_tabs: int = Field(default=6, ge=1, validation_alias=_env("BROWSER_MAX_TABS", "browser_max_tabs"))
+    browser_max_elements: int = Field(default=300, ge=10, validation_alias=_env("BROWSER_MAX_ELEMENTS", "browser_max_elements"),
+                                      description="Links and interactive elements listed per page read.")
+    browser_action_timeout_s: float = Field(
+        default=20.0, gt=0, validation_alias=_env("BROWSER_ACTION_TIMEOUT_S", "browser_action_timeout_s")
+    )
+    browser_episode_s: float = Field(
+        default=1800.0, gt=0, validation_alias=_env("BROWSER_EPISODE_S", "browser_episode_s"),
+        description="Lifetime of one episode's browser; later actions are refused.",
+    )
+    browser_js_heap_mb: int = Field(default=512, ge=64, validation_alias=_env("BROWSER_JS_HEAP_MB", "browser_js_heap_mb"),
+                                    description="V8 heap limit of each renderer process.")
+    browser_max_episodes: int = Field(
+        default=16, ge=1, validation_alias=_env("BROWSER_MAX_EPISODES", "browser_max_episodes"),
+        description="Episodes with a browser context open at once (each costs ~100-300 MB).",
     )
 
     # --- external services -----------------------------------------------------------------------

@@ -23,6 +23,8 @@ SERVER_NAMES = (
     "search",
     "media-image",
     "media-audio",
+    "media-video",
+    "browser",
 )
 
 
@@ -53,10 +55,10 @@ def canonical_server(name: str) -> str:
 
 def server_catalog() -> dict[str, list[ToolDef]]:
     """Every server's tools, in the order above (document parsers import their libraries lazily)."""
-    from aworld_gaia_env.tools import attachments, code, documents, llm_tools, web
+    from aworld_gaia_env.tools import attachments, browser, code, documents, llm_tools, video, web
 
     catalog: dict[str, list[ToolDef]] = {name: [] for name in SERVER_NAMES}
-    for module in (documents, code, web, attachments, llm_tools):
+    for module in (documents, code, web, attachments, llm_tools, video, browser):
         for tool in module.TOOLS:
             catalog[tool.server].append(tool)
     empty = [name for name, tools in catalog.items() if not tools]

@@ -1,0 +1,475 @@
+"""The browser behind the ``browser`` tool server: one Chromium per environment process, one
+Playwright browser context (cookies, storage, cache, tabs) per episode.
+
+Chromium is Debian's ``chromium`` package driven through Playwright's ``executable_path``: nothing
+is downloaded at install or run time. Every request a page makes goes through a route handler that
+applies the environment's address policy (http/https only; private and loopback hosts refused
+unless ``GAIA_ENV_ALLOW_PRIVATE_URLS`` or ``GAIA_ENV_ALLOWED_HOSTS`` allow them). ``file://`` never
+reaches Chromium: a workspace file is opened as ``http://workspace.invalid/<path>`` and served by
+the route handler from the race-free workspace reader, anything else is refused. Downloads are
+copied into the workspace through its writer (size-capped by ``DOWNLOAD_MAX_BYTES``).
+
+Limits per episode: pages loaded (``BROWSER_MAX_PAGES``), open tabs (``BROWSER_MAX_TABS``), time of
+one action (``BROWSER_ACTION_TIMEOUT_S``), lifetime of the episode's browser (``BROWSER_EPISODE_S``),
+V8 heap of each renderer (``BROWSER_JS_HEAP_MB``), and the number of episodes with a live browser
+(``BROWSER_MAX_EPISODES``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import shutil
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from aworld_gaia_env.errors import ToolError
+
+if TYPE_CHECKING:
+    from aworld_gaia_env.services import Services
+    from aworld_gaia_env.settings import GaiaEnvSettings
+    from aworld_gaia_env.workspace import Workspace
+
+logger = logging.getLogger("aworld_gaia_env.browser")
+
+WORKSPACE_ORIGIN = "http://workspace.invalid"
+"""Workspace files are shown under this origin (never as file://): the route handler serves them."""
+
+EXECUTABLE_CANDIDATES = (
+    "/usr/lib/chromium/chromium",  # Debian's chromium package (the binary behind /usr/bin/chromium)
+    "/usr/bin/chromium",
+    "/usr/bin/chromium-browser",
+    "/usr/lib/chromium/chromium-headless-shell",
+)
+
+VIEWPORT = {"width": 1280, "height": 800}
+
+# Marks interactive elements with stable references (data-aw-ref, kept across snapshots of a page)
+# and returns the readable text, links and elements, each capped so a huge page stays cheap.
+_SNAPSHOT_JS = r"""
+([maxText, maxItems]) => {
+  const w = window;
+  if (!w.__awNext) w.__awNext = 1;
+  const visible = (el) => {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) return false;
+    const s = getComputedStyle(el);
+    return s.visibility !== 'hidden' && s.display !== 'none';
+  };
+  const ref = (el) => {
+    let r = el.getAttribute('data-aw-ref');
+    if (!r) { r = 'e' + (w.__awNext++); el.setAttribute('data-aw-ref', r); }
+    return r;
+  };
+  const label = (el) => {
+    const forLabel = el.id ? document.querySelector('label[for="' + CSS.escape(el.id) + '"]') : null;
+    const t = (el.getAttribute('aria-label') || (forLabel && forLabel.innerText) || el.innerText || el.value
+             || el.getAttribute('placeholder') || el.getAttribute('name') || el.getAttribute('title') || el.id || '').trim();
+    return t.replace(/\s+/g, ' ').slice(0, 80);
+  };
+  const body = document.body;
+  const text = body ? (body.innerText || '') : '';
+  const links = [], elements = [];
+  let more = false;
+  const sel = 'a[href],button,input,select,textarea,summary,[role=button],[role=tab],[role=link],[onclick],[contenteditable=true]';
+  for (const el of document.querySelectorAll(sel)) {
+    if (links.length + elements.length >= maxItems) { more = true; break; }
+    if (!visible(el) || el.disabled) continue;
+    const tag = el.tagName.toLowerCase();
+    if (tag === 'a') { links.push({ref: ref(el), text: label(el), href: el.href}); continue; }
+    const item = {ref: ref(el), tag: tag, label: label(el)};
+    if (tag === 'input') { item.type = el.type; if (el.type !== 'password') item.value = (el.value || '').slice(0, 80); }
+    if (tag === 'select') item.options = Array.from(el.options).slice(0, 30).map(o => o.value + (o.text !== o.value ? '=' + o.text : ''));
+    if (el.getAttribute('role')) item.role = el.getAttribute('role');
+    elements.push(item);
+  }
+  return {title: document.title, url: location.href, text: text.slice(0, maxText), textLength: text.length,
+          links, elements, more, scrollY: Math.round(w.scrollY), scrollHeight: document.documentElement.scrollHeight};
+}
+"""
+
+
+def find_executable(configured: Path | None) -> str | None:
+    """The Chromium to drive: ``BROWSER_EXECUTABLE`` when set, else Debian's package paths."""
+    if configured is not None:
+        return str(configured) if os.access(configured, os.X_OK) else None
+    for candidate in EXECUTABLE_CANDIDATES:
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("chromium")
+
+
+def missing_browser(settings: GaiaEnvSettings) -> ToolError | None:
+    """Why the browser tools cannot run on this deployment (None: they can)."""
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return ToolError("the browser tools need the 'playwright' Python package: pip install playwright "
+                         "(its driver is enough; the browser is Debian's chromium, no 'playwright install')")
+    if find_executable(settings.browser_executable) is None:
+        where = settings.browser_executable or " or ".join(EXECUTABLE_CANDIDATES[:2])
+        return ToolError(f"the browser tools need Chromium at {where}: apt-get install -y chromium "
+                         f"(or set BROWSER_EXECUTABLE to its binary)")
+    return None
+
+
+@dataclass
+class TimelineEntry:
+    at: float
+    tool: str
+    summary: str
+    ok: bool
+    ms: float
+
+
+@dataclass
+class EpisodeBrowser:
+    """One episode's browser context, its tabs, counters and what the live view shows."""
+
+    key: str
+    workspace: Workspace
+    context: Any
+    started: float = field(default_factory=time.monotonic)
+    pages: list[Any] = field(default_factory=list)
+    current: int = 0
+    loads: int = 0
+    downloads: list[str] = field(default_factory=list)
+    pending: set[asyncio.Task[Any]] = field(default_factory=set)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    refused: list[str] = field(default_factory=list)
+    last_screenshot: bytes | None = None
+    last_screenshot_at: float = 0.0
+
+    @property
+    def page(self) -> Any:
+        if not self.pages:
+            raise ToolError("no page is open: call browser__open with a URL first")
+        return self.pages[self.current]
+
+
+class BrowserPool:
+    """The Chromium of this process and the episodes' contexts, created on first use."""
+
+    def __init__(self, settings: GaiaEnvSettings, services: Services):
+        self.settings = settings
+        self.services = services
+        self._playwright: Any = None
+        self._browser: Any = None
+        self._start_lock = asyncio.Lock()
+        self.episodes: dict[str, EpisodeBrowser] = {}
+        self._host_ok: dict[tuple[str, int | None], tuple[float, str | None]] = {}
+
+    # --- life cycle -----------------------------------------------------------------------------
+
+    async def _ensure_browser(self) -> Any:
+        async with self._start_lock:
+            if self._browser is not None and self._browser.is_connected():
+                return self._browser
+            problem = missing_browser(self.settings)
+            if problem is not None:
+                raise problem
+            from playwright.async_api import async_playwright
+
+            if self._playwright is None:
+                self._playwright = await async_playwright().start()
+            root = os.geteuid() == 0
+            args = [
+                "--disable-dev-shm-usage",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--disable-features=Translate,MediaRouter,OptimizationHints",
+                f"--js-flags=--max-old-space-size={self.settings.browser_js_heap_mb}",
+            ]
+            self._browser = await self._playwright.chromium.launch(
+                executable_path=find_executable(self.settings.browser_executable),
+                headless=True,
+                # Chromium refuses its own sandbox as root; unprivileged it uses user namespaces
+                chromium_sandbox=not root,
+                args=args,
+                timeout=60_000,
+            )
+            logger.info("chromium %s started (its sandbox: %s)", self._browser.version, "off (root)" if root else "on")
+            return self._browser
+
+    async def episode(self, workspace: Workspace) -> EpisodeBrowser:
+        """The episode's browser (a new context on its first browser call)."""
+        state = self.episodes.get(workspace.key)
+        if state is not None:
+            if time.monotonic() - state.started > self.settings.browser_episode_s:
+                raise ToolError(
+                    f"this episode's browser has run for more than BROWSER_EPISODE_S={self.settings.browser_episode_s:g} s "
+                    f"and is closed to new actions; answer with what you found"
+                )
+            return state
+        if len(self.episodes) >= self.settings.browser_max_episodes:
+            raise ToolError(
+                f"{len(self.episodes)} episodes already have a browser open (BROWSER_MAX_EPISODES="
+                f"{self.settings.browser_max_episodes}); try again when one has ended"
+            )
+        browser = await self._ensure_browser()
+        context = await browser.new_context(
+            viewport=VIEWPORT,
+            accept_downloads=True,
+            service_workers="block",  # their requests would not pass the route handler
+            user_agent=None,
+        )
+        timeout_ms = self.settings.browser_action_timeout_s * 1000
+        context.set_default_timeout(timeout_ms)
+        context.set_default_navigation_timeout(timeout_ms)
+        state = EpisodeBrowser(workspace.key, workspace, context)
+        await context.route("**/*", lambda route: self._route(state, route))
+        with contextlib.suppress(AttributeError):  # Playwright >= 1.48: WebSockets pass the same policy
+            await context.route_web_socket(re.compile(".*"), lambda ws: self._route_ws(state, ws))
+        context.on("page", lambda page: self._adopt(state, page))
+        self.episodes[workspace.key] = state
+        return state
+
+    async def close_episode(self, key: str) -> None:
+        state = self.episodes.pop(key, None)
+        if state is None:
+            return
+        for task in list(state.pending):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await state.context.close()
+
+    async def close(self) -> None:
+        for key in list(self.episodes):
+            await self.close_episode(key)
+        if self._browser is not None:
+            with contextlib.suppress(Exception):
+                await self._browser.close()
+            self._browser = None
+        if self._playwright is not None:
+            with contextlib.suppress(Exception):
+                await self._playwright.stop()
+            self._playwright = None
+
+    # --- pages, tabs, downloads -------------------------------------------------------------------
+
+    def _adopt(self, state: EpisodeBrowser, page: Any) -> None:
+        if page in state.pages:
+            return
+        if len(state.pages) >= self.settings.browser_max_tabs:
+            state.refused.append(f"a new tab was closed: BROWSER_MAX_TABS={self.settings.browser_max_tabs} are open")
+            asyncio.ensure_future(page.close())
+            return
+        state.pages.append(page)
+        state.current = len(state.pages) - 1
+        page.on("framenavigated", lambda frame: self._navigated(state, page, frame))
+        page.on("download", lambda download: self._download(state, download))
+        page.on("close", lambda _page: self._closed(state, page))
+
+    def _navigated(self, state: EpisodeBrowser, page: Any, frame: Any) -> None:
+        if frame == page.main_frame and not frame.url.startswith("about:"):
+            state.loads += 1
+
+    def _closed(self, state: EpisodeBrowser, page: Any) -> None:
+        if page in state.pages:
+            index = state.pages.index(page)
+            state.pages.remove(page)
+            if state.current >= index and state.current > 0:
+                state.current -= 1
+
+    def _download(self, state: EpisodeBrowser, download: Any) -> None:
+        task = asyncio.ensure_future(self._save_download(state, download))
+        state.pending.add(task)
+        task.add_done_callback(state.pending.discard)
+
+    async def _save_download(self, state: EpisodeBrowser, download: Any) -> None:
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", download.suggested_filename or "download").strip("._") or "download"
+        try:
+            path = await download.path()
+            size = os.path.getsize(path)
+            limit = self.settings.download_max_bytes
+            if size > limit:
+                state.downloads.append(f"{name}: not kept, {size} bytes is over DOWNLOAD_MAX_BYTES={limit}")
+                return
+            rel, size = await asyncio.to_thread(state.workspace.copy_in, Path(path), name)
+            state.downloads.append(f"saved {rel} ({size} bytes) in the workspace")
+        except Exception as exc:  # reported to the model with the next action's result
+            state.downloads.append(f"{name}: download failed: {exc}")
+        finally:
+            with contextlib.suppress(Exception):
+                await download.delete()
+
+    async def settle_downloads(self, state: EpisodeBrowser) -> None:
+        if state.pending:
+            await asyncio.wait(set(state.pending), timeout=self.settings.browser_action_timeout_s)
+
+    # --- address policy ---------------------------------------------------------------------------
+
+    async def _refusal(self, url: str) -> str | None:
+        """Why a page may not load ``url`` (None: it may)."""
+        parts = urlsplit(url)
+        if parts.scheme in ("data", "blob", "about"):
+            return None
+        if url.startswith(WORKSPACE_ORIGIN + "/"):
+            return None
+        if parts.scheme not in ("http", "https"):
+            return f"{parts.scheme}: URLs are not allowed (http and https only; workspace files open by their path)"
+        key = (parts.hostname or "", parts.port)
+        cached = self._host_ok.get(key)
+        if cached is not None and time.monotonic() - cached[0] < 30:
+            return cached[1]
+        try:
+            await self.services.check_public_url(url)
+            reason = None
+        except ToolError as exc:
+            reason = str(exc)
+        self._host_ok[key] = (time.monotonic(), reason)
+        return reason
+
+    async def _route(self, state: EpisodeBrowser, route: Any) -> None:
+        request = route.request
+        url = request.url
+        try:
+            if url.startswith(WORKSPACE_ORIGIN + "/"):
+                await self._serve_workspace_file(state, route, url)
+                return
+            reason = await self._refusal(url)
+        except Exception as exc:  # never leave a request hanging
+            reason = f"internal error checking {url}: {exc}"
+        if reason is not None:
+            if request.is_navigation_request():
+                state.refused.append(reason)
+            with contextlib.suppress(Exception):
+                await route.abort("blockedbyclient")
+            return
+        with contextlib.suppress(Exception):
+            await route.continue_()
+
+    async def _route_ws(self, state: EpisodeBrowser, ws: Any) -> None:
+        url = ws.url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
+        reason = await self._refusal(url)
+        if reason is not None:
+            state.refused.append(f"WebSocket {ws.url}: {reason}")
+            await ws.close()
+            return
+        ws.connect_to_server()
+
+    async def _serve_workspace_file(self, state: EpisodeBrowser, route: Any, url: str) -> None:
+        import mimetypes
+
+        rel = unquote(urlsplit(url).path).lstrip("/")
+        try:
+            body = await asyncio.to_thread(
+                state.workspace.read_bytes, rel, max_bytes=self.settings.download_max_bytes
+            )
+        except ToolError as exc:
+            await route.fulfill(status=404, content_type="text/plain", body=str(exc))
+            return
+        kind = mimetypes.guess_type(PurePosixPath(rel).name)[0] or "application/octet-stream"
+        await route.fulfill(status=200, content_type=kind, body=body)
+
+    def workspace_url(self, state: EpisodeBrowser, url: str) -> str:
+        """``url`` as Chromium may load it: ``file://`` inside the workspace mapped to its origin."""
+        if not url.startswith("file:"):
+            return url
+        path = unquote(urlsplit(url).path)
+        rel = state.workspace.relative(path)  # raises for anything outside the workspace
+        if not rel:
+            raise ToolError("file:// of the workspace directory itself: give a file in it")
+        return f"{WORKSPACE_ORIGIN}/{rel}"
+
+    # --- reading a page ---------------------------------------------------------------------------
+
+    async def snapshot(self, state: EpisodeBrowser, *, start_char: int = 0, max_chars: int | None = None) -> str:
+        """The current tab as the model reads it: URL, title, text window, links and elements with refs."""
+        page = state.page
+        limit = min(max_chars or self.settings.doc_max_chars, self.settings.doc_max_chars)
+        try:
+            data = await page.evaluate(_SNAPSHOT_JS, [start_char + limit, self.settings.browser_max_elements])
+        except Exception as exc:
+            raise ToolError(f"cannot read the page {page.url}: {_short(exc)}") from None
+        text = data["text"][start_char : start_char + limit]
+        lines = [f"[tab {state.current + 1}/{len(state.pages)}] {data['title'] or '(no title)'} - {data['url']}"]
+        lines.append(
+            f"text {start_char}-{start_char + len(text)} of {data['textLength']} characters; "
+            f"scrolled to {data['scrollY']} of {data['scrollHeight']} px"
+        )
+        lines += ["", text.strip()]
+        if start_char + len(text) < data["textLength"]:
+            lines.append(f"[more text: browser__read_page with start_char={start_char + len(text)}]")
+        if data["links"]:
+            lines += ["", "Links:"]
+            lines += [f"  [{item['ref']}] {item['text'] or '(no text)'} -> {item['href']}" for item in data["links"]]
+        if data["elements"]:
+            lines += ["", "Interactive elements:"]
+            for item in data["elements"]:
+                extra = ""
+                if item.get("type"):
+                    extra += f" type={item['type']}"
+                if item.get("value"):
+                    extra += f" value={item['value']!r}"
+                if item.get("role"):
+                    extra += f" role={item['role']}"
+                if item.get("options"):
+                    extra += f" options={item['options']}"
+                lines.append(f"  [{item['ref']}] <{item['tag']}>{extra} {item['label']}".rstrip())
+        if data["more"]:
+            lines.append(f"[only the first {self.settings.browser_max_elements} links and elements are listed]")
+        return "\n".join(lines)
+
+    def notes(self, state: EpisodeBrowser) -> str:
+        """What happened besides the action (downloads, refused loads), reported once."""
+        notes = [*state.downloads, *(f"refused: {r}" for r in state.refused)]
+        state.downloads.clear()
+        state.refused.clear()
+        return "\n".join(notes)
+
+    def locator(self, state: EpisodeBrowser, ref: str) -> Any:
+        if not re.fullmatch(r"e\d+", ref):
+            raise ToolError(f"bad element reference {ref!r}: use a reference like 'e12' from browser__read_page")
+        return state.page.locator(f'[data-aw-ref="{ref}"]')
+
+    def check_loads(self, state: EpisodeBrowser) -> None:
+        limit = self.settings.browser_max_pages
+        if state.loads >= limit:
+            raise ToolError(
+                f"this episode has loaded {state.loads} pages, the limit (BROWSER_MAX_PAGES={limit}); "
+                f"work with the pages you have or answer"
+            )
+
+    async def screenshot(self, state: EpisodeBrowser, *, full_page: bool = False, kind: str = "png") -> bytes:
+        page = state.page
+        options: dict[str, Any] = {"full_page": full_page, "type": kind, "timeout": self.settings.browser_action_timeout_s * 1000}
+        if kind == "jpeg":
+            options["quality"] = 60
+        data = await page.screenshot(**options)
+        state.last_screenshot, state.last_screenshot_at = data, time.monotonic()
+        return data
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().split("\n")[0]
+    return text[:300]
+
+
+def short_error(exc: BaseException) -> str:
+    """A Playwright error's first line (its call logs are for developers)."""
+    return _short(exc)
+
+
+def timeline_summary(arguments: dict[str, Any] | None) -> str:
+    if not arguments:
+        return ""
+    parts = [f"{k}={str(v)[:60]!r}" for k, v in arguments.items()]
+    return ", ".join(parts)[:200]
+
+
+TIMELINE_LIMIT = 200
+
+
+def new_timeline() -> deque[TimelineEntry]:
+    return deque(maxlen=TIMELINE_LIMIT)

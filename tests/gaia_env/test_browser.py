@@ -1,0 +1,181 @@
+"""The browser server through the real MCP endpoint, on Debian's Chromium, against a loopback site
+made here: each tool, a multi-hop question answered only through browser tools, limits, the address
+policy, per-episode isolation. One environment (one Chromium) for the module."""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+from gaia_env.browser_site import BrowserSite
+from gaia_env.conftest import RunningEnv, connect, in_process_env, text_of, upload
+
+from aworld_gaia_env.browser import missing_browser
+from aworld_gaia_env.settings import GaiaEnvSettings
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(missing_browser(GaiaEnvSettings()) is not None, reason="needs Debian's chromium (make sysdeps)"),
+]
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[BrowserSite]:
+    server = BrowserSite().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def benv(site: BrowserSite) -> Iterator[RunningEnv]:
+    # only the test site is allowed among private addresses: the environment's own port stays refused
+    with in_process_env(
+        servers="browser,documents-txt",
+        allowed_hosts=f"127.0.0.1:{site.port}",
+        browser_action_timeout_s=4,
+        browser_max_pages=12,
+        browser_max_elements=50,
+        doc_max_chars=3000,
+    ) as env:
+        yield env
+
+
+def ref_of(text: str, label: str) -> str:
+    """The reference of the first listed link or element whose line contains ``label``."""
+    for line in text.splitlines():
+        match = re.match(r"\s+\[(e\d+)\] (.*)", line)
+        if match and label in match.group(2):
+            return match.group(1)
+    raise AssertionError(f"no element {label!r} in:\n{text}")
+
+
+async def test_open_runs_javascript_and_wait_for_text(benv, site):
+    async with connect(benv, episode="ep-js") as client:
+        opened = await client.call_tool("browser__open", {"url": site.base + "/"})
+        assert not opened.is_error and "Polar Museum" in text_of(opened)
+        waited = await client.call_tool("browser__wait_for_text", {"text": "Rendered by script"})
+        assert not waited.is_error and "welcome to the collection" in text_of(waited)
+        assert "Search the catalogue -> " + site.base + "/search" in text_of(waited)
+        missing = await client.call_tool("browser__wait_for_text", {"text": "never shown", "timeout_s": 0.5})
+        assert missing.is_error and "did not appear" in text_of(missing)
+
+
+async def answer_multi_hop(client, base: str) -> str:
+    """A scripted agent: 'What height in cm does the catalogue give for the species whose exhibit
+    Dr. Ada Frost donated?' answered with browser tools only."""
+    page = text_of(await client.call_tool("browser__open", {"url": base + "/"}))
+    page = text_of(await client.call_tool("browser__wait_for_text", {"text": "Search the catalogue"}))
+    page = text_of(await client.call_tool("browser__click", {"ref": ref_of(page, "Search the catalogue")}))
+    page = text_of(await client.call_tool("browser__type", {"ref": ref_of(page, "Donor or species"), "text": "Frost", "submit": True}))
+    hit = next(line for line in page.splitlines() if "Frost" in line and "donated by" in line)
+    title = hit.split(" (donated by")[0].strip()
+    page = text_of(await client.call_tool("browser__click", {"ref": ref_of(page, title)}))
+    assert "Height" not in page  # the table is behind the Measurements tab
+    page = text_of(await client.call_tool("browser__click", {"ref": ref_of(page, "Measurements")}))
+    return re.search(r"Emperor penguin\s+(\d+)", page).group(1)
+
+
+async def test_scripted_agent_answers_a_multi_hop_question_with_browser_tools_only(benv, site):
+    async with connect(benv, episode="ep-agent", servers="browseruse-server") as client:
+        assert {t.name.split("__")[0] for t in (await client.list_tools()).tools} == {"browser"}
+        assert await answer_multi_hop(client, site.base) == "122"
+
+
+async def test_download_lands_in_the_workspace(benv, site):
+    async with connect(benv, episode="ep-dl") as client:
+        page = text_of(await client.call_tool("browser__open", {"url": site.base + "/item/king"}))
+        clicked = await client.call_tool("browser__click", {"ref": ref_of(page, "Download the measurements")})
+        assert not clicked.is_error and "saved king.csv" in text_of(clicked)
+        listed = await client.call_tool("documents-txt__list_files", {})
+        assert "king.csv" in text_of(listed)
+    assert (benv.workspace_root / "ep-dl" / "king.csv").read_text() == "species,height_cm\nKing penguin,95\n"
+
+
+async def test_select_scroll_back_tabs_and_screenshot(benv, site):
+    async with connect(benv, episode="ep-ui") as client:
+        page = text_of(await client.call_tool("browser__open", {"url": site.base + "/options"}))
+        chosen = await client.call_tool("browser__select", {"ref": ref_of(page, "<select>"), "value": "South hall"})
+        assert not chosen.is_error and "Hall chosen: south" in text_of(chosen)
+        scrolled = text_of(await client.call_tool("browser__scroll", {"direction": "bottom"}))
+        assert re.search(r"scrolled to [1-9]\d+ of", scrolled)
+        await client.call_tool("browser__open", {"url": site.base + "/popup"})
+        page = text_of(await client.call_tool("browser__back", {}))
+        assert "Exhibit options" in page
+        page = text_of(await client.call_tool("browser__open", {"url": site.base + "/popup"}))
+        clicked = text_of(await client.call_tool("browser__click", {"ref": ref_of(page, "King penguin leaflet")}))
+        assert "opened a new tab" in clicked and "[tab 2/2] King penguin exhibit" in clicked
+        listed = text_of(await client.call_tool("browser__tabs", {}))
+        assert "* tab 2: King penguin exhibit" in listed and "tab 1: Leaflet" in listed
+        switched = text_of(await client.call_tool("browser__tabs", {"action": "switch", "tab": 1}))
+        assert "[tab 1/2] Leaflet" in switched
+        closed = text_of(await client.call_tool("browser__tabs", {"action": "close", "tab": 2}))
+        assert "tab 2" not in closed
+        shot = await client.call_tool("browser__screenshot", {})
+        assert not shot.is_error and shot.content[1].mime_type == "image/png"
+        assert base64.b64decode(shot.content[1].data)[:8] == b"\x89PNG\r\n\x1a\n"
+        bad = await client.call_tool("browser__click", {"ref": "nonsense"})
+        assert bad.is_error and "bad element reference" in text_of(bad)
+
+
+async def test_a_page_that_never_finishes_and_a_huge_page(benv, site):
+    async with connect(benv, episode="ep-limits") as client:
+        slow = await client.call_tool("browser__open", {"url": site.base + "/slow"})
+        assert not slow.is_error
+        assert "still loading after 4 s" in text_of(slow) and "partial content arrived" in text_of(slow)
+        huge = await client.call_tool("browser__open", {"url": site.base + "/huge"})
+        text = text_of(huge)
+        assert not huge.is_error and "line 0 of the huge page" in text and len(text) < 12_000
+        assert "[more text: browser__read_page with start_char=3000]" in text
+        assert "only the first 50 links and elements are listed" in text
+        more = text_of(await client.call_tool("browser__read_page", {"start_char": 3000}))
+        assert "text 3000-6000" in more
+
+
+async def test_page_count_limit(benv, site):
+    async with connect(benv, episode="ep-pages") as client:
+        page = text_of(await client.call_tool("browser__open", {"url": site.base + "/many/1"}))
+        for _ in range(12):
+            result = await client.call_tool("browser__click", {"ref": ref_of(page, "next")})
+            page = text_of(result)
+            if result.is_error:
+                break
+        assert result.is_error and "BROWSER_MAX_PAGES=12" in page
+        again = await client.call_tool("browser__open", {"url": site.base + "/many/1"})
+        assert again.is_error and "BROWSER_MAX_PAGES" in text_of(again)
+
+
+async def test_address_policy(benv, site):
+    async with connect(benv, episode="ep-policy") as client:
+        own = await client.call_tool("browser__open", {"url": f"http://127.0.0.1:{benv.port}/health"})
+        assert own.is_error and "non-public address 127.0.0.1" in text_of(own)
+        for url in ("file:///etc/passwd", "chrome://version", "ftp://127.0.0.1/x"):
+            refused = await client.call_tool("browser__open", {"url": url})
+            assert refused.is_error, url
+        assert "outside the workspace" in text_of(await client.call_tool("browser__open", {"url": "file:///etc/passwd"}))
+        probe = await client.call_tool("browser__open", {"url": f"{site.base}/probe?target=http://127.0.0.1:{benv.port}/health"})
+        waited = await client.call_tool("browser__wait_for_text", {"text": "probe blocked"})
+        assert not probe.is_error and not waited.is_error
+    await upload(benv, "ep-policy", "notes/page.html", b"<html><title>Local notes</title><body>from the workspace</body></html>")
+    async with connect(benv, episode="ep-policy") as client:
+        local = await client.call_tool("browser__open", {"url": "notes/page.html"})
+        assert not local.is_error and "from the workspace" in text_of(local)
+        absolute = await client.call_tool("browser__open", {"url": f"file://{benv.workspace_root}/ep-policy/notes/page.html"})
+        assert not absolute.is_error and "Local notes" in text_of(absolute)
+
+
+async def test_episodes_do_not_share_cookies_and_ending_an_episode_closes_its_browser(benv, site):
+    async with connect(benv, episode="ep-a") as a, connect(benv, episode="ep-b") as b:
+        await a.call_tool("browser__open", {"url": site.base + "/cookie/set?v=alpha"})
+        shown_a = text_of(await a.call_tool("browser__open", {"url": site.base + "/cookie/show"}))
+        shown_b = text_of(await b.call_tool("browser__open", {"url": site.base + "/cookie/show"}))
+    assert "cookies: [secret=alpha]" in shown_a
+    assert "cookies: []" in shown_b
+    async with aiohttp.ClientSession() as session:
+        async with session.delete(f"{benv.base}/workspaces/ep-a", headers={"Authorization": f"Bearer {benv.token}"}) as response:
+            assert response.status == 204
+    async with connect(benv, episode="ep-a") as a:
+        shown = text_of(await a.call_tool("browser__open", {"url": site.base + "/cookie/show"}))
+    assert "cookies: []" in shown
