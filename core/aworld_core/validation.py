@@ -18,9 +18,10 @@ from typing import Any
 from aworld_core.errors import ConfigError, DatasetError, FrameworkNotInstalledError, UsageError
 
 # report_to names -> (the module that must import, what to install). Names not here are left to
-# the backend (its own config class or argument parser checks them).
+# the backend (its own config class or argument parser checks them). tensorboard: transformers and
+# AReaL also write with tensorboardX.
 REPORTERS: dict[str, tuple[str, str]] = {
-    "tensorboard": ("tensorboard", "pip install tensorboard"),
+    "tensorboard": ("tensorboard|tensorboardX", "pip install tensorboard"),
     "wandb": ("wandb", "pip install wandb"),
     "trackio": ("trackio", "pip install trackio"),
     "mlflow": ("mlflow", "pip install mlflow"),
@@ -218,8 +219,8 @@ def check_report_to(report_to: list[str] | str | None) -> None:
     names = [report_to] if isinstance(report_to, str) else list(report_to or [])
     missing = []
     for name in names:
-        module, install = REPORTERS.get(name, (None, None))
-        if module is not None and importlib.util.find_spec(module) is None:
+        modules, install = REPORTERS.get(name, (None, None))
+        if modules is not None and all(importlib.util.find_spec(m) is None for m in modules.split("|")):
             missing.append((name, install))
     if missing:
         raise ConfigError(

@@ -196,7 +196,7 @@ def default_areal_config(job: Any, output_dir: Path) -> dict[str, Any]:
         "saver": {**files, "freq_epochs": 1},
         "recover": {**files, "mode": "disabled", "freq_epochs": 1},
         "evaluator": {**files, "freq_epochs": 1},
-        "stats_logger": {**files, "wandb": {"mode": "disabled"}},
+        "stats_logger": stats_logger_section(job, fileroot, files),
     }
     if "concurrency" in job.rollout.model_fields_set:
         config["rollout"]["max_concurrent_rollouts"] = job.rollout.concurrency
@@ -208,6 +208,36 @@ def default_areal_config(job: Any, output_dir: Path) -> dict[str, Any]:
             "shuffle": False,
         }
     return config
+
+
+# logging.report_to -> the stats_logger section AReaL's StatsLogger reads (its loggers: wandb,
+# swanlab, trackio, tensorboard); "console" and "none" add nothing (AReaL always prints)
+STATS_LOGGERS = ("tensorboard", "wandb", "swanlab", "trackio")
+
+
+def stats_logger_section(job: Any, fileroot: str, files: dict[str, Any]) -> dict[str, Any]:
+    """``stats_logger`` from the job's ``logging.report_to``: tensorboard writes under
+    ``<output>/areal/tensorboard``; wandb, swanlab and trackio log online (their keys and projects
+    from their own environment variables, or backends.areal.stats_logger.<name>). A logger AReaL
+    does not have is refused rather than dropped."""
+    section: dict[str, Any] = {**files, "wandb": {"mode": "disabled"}}
+    unknown = [name for name in job.logging.report_to if name not in (*STATS_LOGGERS, "console", "none")]
+    if unknown:
+        raise ConfigError(
+            f"logging.report_to has {unknown}, which AReaL's stats logger cannot write to; it has "
+            f"{', '.join(STATS_LOGGERS)} (and console output always)",
+            [("logging.report_to", name, f"one of {', '.join(STATS_LOGGERS)}") for name in unknown],
+        )
+    for name in job.logging.report_to:
+        if name == "tensorboard":
+            section["tensorboard"] = {"path": f"{fileroot}/tensorboard"}
+        elif name == "wandb":
+            section["wandb"] = {"mode": "online"}
+        elif name == "swanlab":
+            section["swanlab"] = {"mode": "cloud"}
+        elif name == "trackio":
+            section["trackio"] = {"mode": "online"}
+    return section
 
 
 def workflow_options(job: Any, options: dict[str, Any]) -> dict[str, Any]:
