@@ -7,9 +7,10 @@ import aiohttp
 import pytest
 from gaia_env.conftest import connect, in_process_env, text_of
 
+from aworld_core.tools.mcp_config import get_agent_tool_env_and_servers
 from aworld_gaia_env.server import ConfigurationError, GaiaEnvironment
 from aworld_gaia_env.settings import GaiaEnvSettings
-from aworld_gaia_env.tools import canonical_server
+from aworld_gaia_env.tools import SEED_SERVERS, SERVER_NAMES, canonical_server
 
 
 @pytest.mark.parametrize(
@@ -57,3 +58,28 @@ async def test_a_server_this_deployment_does_not_serve_is_a_400():
                 assert response.status == 400
                 body = await response.json()
     assert body["error"] == "unknown_servers" and "parxiv-server" in body["detail"] and "wiki-server" not in body["detail"]
+
+
+def test_every_seed_name_is_a_server_we_serve():
+    assert {canonical_server(name) for name in SEED_SERVERS.split(",")} <= set(SERVER_NAMES)
+
+
+async def test_the_seeds_header_value_works_through_get_agent_tool_env_and_servers(env_server):
+    import httpx2
+    from mcp.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    config, names = get_agent_tool_env_and_servers(env_server.url, env_server.token, SEED_SERVERS)
+    entry = config["mcpServers"][names[0]]
+    assert entry["type"] == "streamable-http" and entry["url"] == env_server.url
+    assert entry["headers"] == {"Authorization": f"Bearer {env_server.token}", "MCP_SERVERS": SEED_SERVERS}
+    async with httpx2.AsyncClient(headers={**entry["headers"], "X-Episode-Id": "ep-seed"}, timeout=60) as http:
+        async with Client(streamable_http_client(entry["url"], http_client=http)) as client:
+            tools = (await client.list_tools()).tools
+            listed = await client.call_tool("documents-txt__list_files", {})
+            refused = await client.call_tool("documents-xlsx__read_excel", {"path": "x.xlsx"})
+    servers = {t.name.split("__")[0] for t in tools}
+    assert servers == {canonical_server(name) for name in SEED_SERVERS.split(",")}
+    assert {"browser", "media-video", "arxiv", "search", "terminal"} <= servers
+    assert not listed.is_error
+    assert refused.is_error and "did not select" in text_of(refused)  # xlsx is not in the seed's list
