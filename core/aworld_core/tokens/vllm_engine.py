@@ -93,6 +93,7 @@ class VLLMTokenEngine:
             "seed": seed,
             "skip_tokenizer_init": True,
             "logprobs_mode": LOGPROBS_MODES[logprobs_mode],
+            "use_tqdm_on_load": False,  # a progress bar on every weight update would flood the output
             **dict(engine_kwargs or {}),
         }
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
