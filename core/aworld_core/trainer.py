@@ -195,8 +195,23 @@ class AgentTrainer:
         reward_func: Any = None,
         train_dataset: Any = None,
         test_dataset: Any = None,
+        *,
+        train_backend: str | None = None,
+        run_path: str | Path | None = None,
     ):
+        """``train_backend`` and ``run_path`` are upstream AWorld's names (docs/migration.md): the
+        backend (as ``backend`` in the config) and the folder runs are written under (the job's
+        output directory is ``<run_path>/<name>`` unless the config sets ``output_dir``)."""
         base = self._base_config(config)
+        if train_backend is not None:
+            if base.get("backend") not in (None, train_backend):
+                raise UsageError(
+                    f"train_backend={train_backend!r} disagrees with the config's backend {base['backend']!r}; "
+                    f"give one of them"
+                )
+            base["backend"] = train_backend
+        if run_path is not None and not base.get("output_dir"):
+            base["output_dir"] = absolute_path(Path(run_path) / str(base.get("name") or "aworld-job"), Path.cwd())
         output_dir = Path(load_job_config(data=base).resolved_output_dir())  # ConfigError naming bad fields
         if agent is not None:
             base["agent"] = _merge_agent_section(agent_section(agent), base.get("agent") or {})

@@ -235,3 +235,16 @@ def test_agent_trainer_runs_the_same_validation(tmp_path: Path) -> None:
               "agent": {"name": "a"}}
     with pytest.raises(UsageError, match=r"model\.path: '.*absent' does not exist"):
         AgentTrainer(config=config, reward_func="gsm8k", train_dataset=[ROW])
+
+
+def test_upstream_agent_trainer_keywords_map_to_the_job(tmp_path: Path) -> None:
+    from aworld_core import AgentTrainer
+
+    (tmp_path / "model").mkdir()
+    config = {"name": "up", "model": {"path": str(tmp_path / "model")}, "agent": {"name": "a"}}
+    trainer = AgentTrainer(config=config, reward_func="gsm8k", train_dataset=[ROW], train_backend="trl",
+                           run_path=tmp_path / "runs")
+    assert trainer.backend == "trl" and trainer.job.output_dir == str(tmp_path / "runs" / "up")
+    with pytest.raises(UsageError, match="train_backend='verl' disagrees with the config's backend 'trl'"):
+        AgentTrainer(config={**config, "backend": "trl"}, reward_func="gsm8k", train_dataset=[ROW],
+                     train_backend="verl")
