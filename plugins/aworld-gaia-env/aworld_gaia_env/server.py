@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from aworld_gaia_env import __version__
 from aworld_gaia_env.errors import ToolError
+from aworld_gaia_env.live_view import LiveView
 from aworld_gaia_env.services import Services
 from aworld_gaia_env.settings import GaiaEnvSettings
 from aworld_gaia_env.tools import canonical_server, server_catalog
@@ -87,6 +88,7 @@ class GaiaEnvironment:
             raise ConfigurationError(str(exc)) from None
         _mask_secrets(settings, token)
         self.services = Services(settings)
+        self.live = LiveView(self.services)
         self._warned_shared = False
         self._gaia_files: dict[str, str] | None = None
         self.mcp: Server[Any] = Server(
@@ -184,6 +186,7 @@ class GaiaEnvironment:
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         started = time.perf_counter()
         tool = self.tools.get(params.name)
+        episode: str | None = None
         try:
             if tool is None:
                 raise ToolError(self._unknown_tool_message(params.name, ctx.request))
@@ -199,19 +202,26 @@ class GaiaEnvironment:
                     raise problem
             args = tool.parse(params.arguments)
             workspace = self.workspace_for(ctx.request)
+            episode = workspace.key
             with workspace.in_use():
                 output = await tool.handler(ToolContext(self.settings, workspace, self.services), args)
         except ToolError as exc:
             logger.info("tool %s -> error: %s", params.name, exc)
+            self._record(episode, params, started, False, str(exc))
             return types.CallToolResult(content=[types.TextContent(text=str(exc))], is_error=True)
         except Exception as exc:  # a bug in a tool must not take the endpoint down
             logger.exception("tool %s crashed", params.name)
-            return types.CallToolResult(
-                content=[types.TextContent(text=f"{params.name} failed unexpectedly: {type(exc).__name__}: {exc}")],
-                is_error=True,
-            )
+            text = f"{params.name} failed unexpectedly: {type(exc).__name__}: {exc}"
+            self._record(episode, params, started, False, text)
+            return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
         logger.debug("tool %s ok in %.1f ms", params.name, (time.perf_counter() - started) * 1e3)
+        self._record(episode, params, started, True, output if isinstance(output, str) else output.text)
         return _result(output)
+
+    def _record(self, episode: str | None, params: types.CallToolRequestParams, started: float, ok: bool, text: str) -> None:
+        """The call on its episode's live-view timeline."""
+        if episode is not None:
+            self.live.record(episode, params.name, params.arguments, ok, (time.perf_counter() - started) * 1e3, text)
 
     def _unknown_tool_message(self, name: str, request: Request | None) -> str:
         selection = self.selection(request)
@@ -251,6 +261,7 @@ class GaiaEnvironment:
             try:
                 for key in await asyncio.to_thread(self.workspaces.sweep):
                     await self.services.end_episode(key)
+                    self.live.forget(key)
             except Exception:  # the sweep must not stop; a failure is logged and retried
                 logger.exception("removing idle workspaces failed")
 
@@ -290,6 +301,7 @@ class GaiaEnvironment:
         try:
             await self.services.end_episode(request.path_params["episode"])
             self.workspaces.remove(request.path_params["episode"])
+            self.live.forget(request.path_params["episode"])
         except ToolError as exc:
             return _json_error(400, str(exc))
         return Response(status_code=204)
@@ -300,6 +312,7 @@ class GaiaEnvironment:
             Route("/health", self._health, methods=["GET"]),
             Route("/workspaces/{episode}/files/{name:path}", self._upload, methods=["PUT"]),
             Route("/workspaces/{episode}", self._delete_workspace, methods=["DELETE"]),
+            *self.live.routes(),
         ]
         host = self.settings.host
         inner = self.mcp.streamable_http_app(
@@ -312,7 +325,8 @@ class GaiaEnvironment:
 
 
 class BearerAuth:
-    """Pure-ASGI bearer check in front of everything but ``/health`` (401 without the right token).
+    """Pure-ASGI bearer check in front of everything but ``/health`` and the live view's static page
+    ``/live`` (401 without the right token; the live view's data routes need it).
 
     Also answers 400 for an ``MCP_SERVERS`` header naming servers this endpoint does not serve,
     so a typo fails the connection instead of silently leaving the agent without tools.
@@ -324,7 +338,7 @@ class BearerAuth:
         self.env = env
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] == "/health":
+        if scope["type"] != "http" or scope["path"] in ("/health", "/live"):
             await self.app(scope, receive, send)
             return
         authorization = b""
