@@ -294,11 +294,16 @@ class AgentTrainer:
         samples = self.test_samples if dataset == "test" else self.train_samples
         if samples is None:
             raise UsageError("no test data: pass test_dataset=... or evaluate(dataset='train')")
-        agent = build_agent(self.job, cache=False)
+        if not samples:
+            raise UsageError(f"the {dataset} dataset has no rows; evaluation needs at least one task")
+        from aworld_core.jobs import job_environment
+
         target = output or self.job.resolved_output_dir() / f"eval_{dataset}.jsonl"
-        return asyncio.run(closing_shared_sessions(evaluate(
-            agent, samples, self.job.reward, llm=llm, concurrency=concurrency or self.job.rollout.concurrency,
-            output=target, progress=progress, timeout=self.job.rollout.timeout_for(agent),
-            max_steps=self.job.rollout.max_turns,
-            base_dir=self.job.base_dir,
-        ), agent))
+        with job_environment(self.job):  # the job's environment: as for training and --eval
+            agent = build_agent(self.job, cache=False)
+            return asyncio.run(closing_shared_sessions(evaluate(
+                agent, samples, self.job.reward, llm=llm, concurrency=concurrency or self.job.rollout.concurrency,
+                output=target, progress=progress, timeout=self.job.rollout.timeout_for(agent),
+                max_steps=self.job.rollout.max_turns,
+                base_dir=self.job.base_dir,
+            ), agent))
