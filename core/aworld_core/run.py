@@ -106,6 +106,8 @@ def run_eval(job: Any, limit: int | None, out: TextIO) -> int:
     validate_job(None, job, evaluation=True)  # an empty dataset, bad paths, environment, reward
     section = job.test_dataset or job.train_dataset
     samples = load_dataset_section(section, job.base_dir)[: limit or None]
+    if not samples:  # a hub dataset (not loaded by the validation) can be empty too
+        raise UsageError(f"the evaluation dataset '{section.path or section.name}' has no rows")
     output = job.resolved_output_dir(get_settings().output_root) / "eval.jsonl"
     # the job's environment runs as it does for training: agents built from MCP_SERVER_URL find it
     with job_environment(job):
