@@ -129,8 +129,8 @@ test-swift: $(if $(wildcard plugins/aworld-swift/test-env.txt),$(STAMPS)/swift)
 	@if [ -d tests/swift ] && [ -f plugins/aworld-swift/test-env.txt ]; then $(VENVS)/swift/bin/python -m pytest tests/swift; fi
 
 # the real vLLM engine (CPU build): token engine, fidelity, aworld-trl rollouts on vLLM
-test-vllm: $(if $(wildcard tests/vllm),$(STAMPS)/vllm)
-	@if [ -d tests/vllm ]; then $(VENVS)/vllm/bin/python -m pytest tests/vllm; fi
+test-vllm: $(if $(wildcard tests/on_vllm),$(STAMPS)/vllm)
+	@if [ -d tests/on_vllm ]; then $(VENVS)/vllm/bin/python -m pytest tests/on_vllm; fi
 
 # wheels and sdists of every distribution, installed by name in a fresh environment (in build/)
 test-wheels: venv
