@@ -1,6 +1,6 @@
 """A small web site on 127.0.0.1 for the browser tools: content rendered by JavaScript, a search
 form, links across pages, a table behind a tab, a select, a popup, a file download, a page that
-never finishes loading, a huge page, and cookies. The museum's pages hold a multi-hop question:
+never finishes loading (an image that never arrives), a document that never arrives, a redirect, a huge page, and cookies. The museum's pages hold a multi-hop question:
 the height of the species whose exhibit Dr. Ada Frost donated (search -> item -> Measurements tab)."""
 
 from __future__ import annotations
@@ -100,13 +100,17 @@ async def popup(request: Request) -> Response:
 
 
 async def slow(request: Request) -> Response:
-    async def body():  # the head and some text, then nothing, forever
-        yield b"<!doctype html><html><head><title>Slow page</title></head><body><p>partial content arrived</p>"
+    # the document arrives; an image on it never does, so the page never finishes loading
+    return _page("Slow page", '<p>partial content arrived</p><img src="/hang.png">')
+
+
+async def hang(request: Request) -> Response:
+    async def body():  # headers, then nothing, forever
         while True:
             await asyncio.sleep(3600)
             yield b""
 
-    return StreamingResponse(body(), media_type="text/html")
+    return StreamingResponse(body(), media_type="image/png")
 
 
 async def huge(request: Request) -> Response:
@@ -138,6 +142,10 @@ fetch({json.dumps(target)}).then(() => {{ document.getElementById('r').textConte
     )
 
 
+async def redirect(request: Request) -> Response:
+    return Response(status_code=302, headers={"Location": request.query_params["to"]})
+
+
 class BrowserSite:
     """The site, served by uvicorn from a thread on a free loopback port."""
 
@@ -145,8 +153,8 @@ class BrowserSite:
         self.app = Starlette(routes=[
             Route("/", home), Route("/search", search), Route("/results", results), Route("/item/{id}", item),
             Route("/files/{id}.csv", csv_file), Route("/options", options), Route("/popup", popup),
-            Route("/slow", slow), Route("/huge", huge), Route("/many/{n}", many),
-            Route("/cookie/set", cookie_set), Route("/cookie/show", cookie_show), Route("/probe", probe),
+            Route("/slow", slow), Route("/hang.png", hang), Route("/huge", huge), Route("/many/{n}", many),
+            Route("/cookie/set", cookie_set), Route("/cookie/show", cookie_show), Route("/probe", probe), Route("/redirect", redirect),
         ])
         self.port = 0
         self._server = None

@@ -125,6 +125,8 @@ async def test_a_page_that_never_finishes_and_a_huge_page(benv, site):
         slow = await client.call_tool("browser__open", {"url": site.base + "/slow"})
         assert not slow.is_error
         assert "still loading after 4 s" in text_of(slow) and "partial content arrived" in text_of(slow)
+        never = await client.call_tool("browser__open", {"url": site.base + "/hang.png"})
+        assert never.is_error and "did not answer within 4 s" in text_of(never)
         huge = await client.call_tool("browser__open", {"url": site.base + "/huge"})
         text = text_of(huge)
         assert not huge.is_error and "line 0 of the huge page" in text and len(text) < 12_000
@@ -155,6 +157,13 @@ async def test_address_policy(benv, site):
             refused = await client.call_tool("browser__open", {"url": url})
             assert refused.is_error, url
         assert "outside the workspace" in text_of(await client.call_tool("browser__open", {"url": "file:///etc/passwd"}))
+        redirected = await client.call_tool(
+            "browser__open", {"url": f"{site.base}/redirect?to=http://127.0.0.1:{benv.port}/health"}
+        )
+        assert redirected.is_error and "non-public address 127.0.0.1" in text_of(redirected)
+        assert '"status"' not in text_of(redirected)
+        followed = await client.call_tool("browser__open", {"url": f"{site.base}/redirect?to=/item/king"})
+        assert not followed.is_error and "King penguin exhibit" in text_of(followed), text_of(followed)
         probe = await client.call_tool("browser__open", {"url": f"{site.base}/probe?target=http://127.0.0.1:{benv.port}/health"})
         waited = await client.call_tool("browser__wait_for_text", {"text": "probe blocked"})
         assert not probe.is_error and not waited.is_error

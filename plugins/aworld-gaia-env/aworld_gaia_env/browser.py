@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -28,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 from aworld_gaia_env.errors import ToolError
 
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from aworld_gaia_env.workspace import Workspace
 
 logger = logging.getLogger("aworld_gaia_env.browser")
+
+REDIRECT_MARK = "aworld-redirect"
+"""Marks the page that hands a checked redirect over to a new navigation (see ``_route``)."""
 
 WORKSPACE_ORIGIN = "http://workspace.invalid"
 """Workspace files are shown under this origin (never as file://): the route handler serves them."""
@@ -346,8 +350,63 @@ class BrowserPool:
             with contextlib.suppress(Exception):
                 await route.abort("blockedbyclient")
             return
+        # fetched here without following redirects and handed to Chromium: a redirect comes back to
+        # this handler as a new request, so its target passes the same policy (route.continue_()
+        # would let Chromium follow it unchecked, into the cluster)
+        timeout_ms = self.settings.browser_action_timeout_s * 1000
+        try:
+            response = await route.fetch(max_redirects=0, timeout=timeout_ms)
+        except Exception as exc:
+            if request.is_navigation_request():
+                state.refused.append(f"{url} did not answer within {timeout_ms / 1000:g} s ({short_error(exc)})")
+            with contextlib.suppress(Exception):
+                await route.abort("timedout")
+            return
+        hops = 0
+        while 300 <= response.status < 400 and response.headers.get("location") and hops < 10:
+            # Chromium follows a fulfilled redirect without asking this handler again: the target is
+            # checked here, then a navigation is sent there by a new request (which comes back here)
+            # and a subresource's redirect is followed hop by hop by this handler
+            target = urljoin(url, response.headers["location"])
+            reason = await self._refusal(target)
+            if reason is not None:
+                if request.is_navigation_request():
+                    state.refused.append(f"{url} redirects to {target}: {reason}")
+                with contextlib.suppress(Exception):
+                    await route.abort("blockedbyclient")
+                return
+            if request.is_navigation_request():
+                body = f'<!doctype html><meta name="{REDIRECT_MARK}"><script>location.replace({json.dumps(target)})</script>'
+                with contextlib.suppress(Exception):
+                    await route.fulfill(status=200, content_type="text/html", body=body)
+                return
+            try:
+                response = await route.fetch(url=target, max_redirects=0, timeout=timeout_ms)
+            except Exception:
+                with contextlib.suppress(Exception):
+                    await route.abort("timedout")
+                return
+            url, hops = target, hops + 1
         with contextlib.suppress(Exception):
-            await route.continue_()
+            await route.fulfill(response=response)
+
+    async def settle(self, page: Any) -> bool:
+        """Wait for ``page`` to load, through redirect hand-offs; False when it is still loading."""
+        deadline = time.monotonic() + self.settings.browser_action_timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                await page.wait_for_load_state("load", timeout=remaining * 1000)
+                handing_off = await page.evaluate(f"!!document.querySelector('meta[name=\"{REDIRECT_MARK}\"]')")
+            except Exception as exc:
+                if "Timeout" in str(exc):
+                    return False
+                handing_off = True  # the context was destroyed by the navigation: look again
+            if not handing_off:
+                return True
+            await asyncio.sleep(0.05)
 
     async def _route_ws(self, state: EpisodeBrowser, ws: Any) -> None:
         url = ws.url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)

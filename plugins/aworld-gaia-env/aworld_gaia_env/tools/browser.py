@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -51,13 +50,10 @@ async def _act(
 async def _load(ctx: ToolContext, state: EpisodeBrowser, go: Callable[[], Awaitable[Any]]) -> str | None:
     """A navigation bounded by BROWSER_ACTION_TIMEOUT_S: a page still loading is shown as far as it got."""
     timeout = ctx.settings.browser_action_timeout_s
-    started = time.monotonic()
     await go()
-    remaining = max(0.1, timeout - (time.monotonic() - started))
-    try:
-        await state.page.wait_for_load_state("load", timeout=remaining * 1000)
-    except Exception:
-        await state.page.evaluate("window.stop()")
+    if not await ctx.services.browsers.settle(state.page):
+        with contextlib.suppress(Exception):
+            await state.page.evaluate("window.stop()")
         return f"[the page was still loading after {timeout:g} s (BROWSER_ACTION_TIMEOUT_S); loading stopped, showing what arrived]"
     return None
 
@@ -98,7 +94,12 @@ async def open_url(ctx: ToolContext, args: OpenArgs) -> str:
             try:
                 await page.goto(url, wait_until="commit")
             except Exception as exc:
+                with contextlib.suppress(Exception):  # let Chromium's error page land before the next action
+                    await page.wait_for_url(lambda u: u.startswith("chrome-error:"), timeout=2000)
+                    await page.wait_for_load_state("load", timeout=2000)
                 refused = pool.notes(state)
+                if not refused and "Timeout" in str(exc):
+                    refused = f"{url} did not answer within {ctx.settings.browser_action_timeout_s:g} s (BROWSER_ACTION_TIMEOUT_S)"
                 raise ToolError(f"cannot open {url}: {refused or short_error(exc)}") from None
 
         return await _load(ctx, state, go)
@@ -119,6 +120,12 @@ async def read_page(ctx: ToolContext, args: ReadArgs) -> str:
         return await pool.snapshot(state, start_char=args.start_char)
 
 
+_OPENS_TAB = """el => {
+  const a = el.closest('a[href]');
+  return !!(a && a.target && a.target !== '_self' && a.target !== '_parent' && a.target !== '_top');
+}"""
+
+
 class RefArgs(Args):
     ref: str = Field(description="An element reference from the page listing, e.g. 'e12'.")
 
@@ -130,15 +137,19 @@ async def click(ctx: ToolContext, args: RefArgs) -> str:
 
     async def action(state: EpisodeBrowser) -> str | None:
         pool.check_loads(state)
-        tabs = len(state.pages)
-        await pool.locator(state, args.ref).click()
-        await asyncio.sleep(0.05)  # let a navigation, a popup or a download start
-        note = None
-        if len(state.pages) > tabs:
-            note = f"the click opened a new tab (now tab {state.current + 1})"
-        with contextlib.suppress(Exception):
-            await state.page.wait_for_load_state("load", timeout=ctx.settings.browser_action_timeout_s * 1000)
-        return note
+        target = pool.locator(state, args.ref)
+        timeout_ms = ctx.settings.browser_action_timeout_s * 1000
+        if await target.evaluate(_OPENS_TAB):
+            async with state.context.expect_page(timeout=timeout_ms) as popup:
+                await target.click()
+            page = await popup.value
+            pool._adopt(state, page)
+            await pool.settle(page)
+            return f"the click opened a new tab (now tab {state.pages.index(page) + 1})" if page in state.pages else None
+        await target.click()
+        await asyncio.sleep(0.05)  # let a navigation or a download start
+        await pool.settle(state.page)
+        return None
 
     return await _act(ctx, action)
 
@@ -161,8 +172,7 @@ async def type_text(ctx: ToolContext, args: TypeArgs) -> str:
             pool.check_loads(state)
             await field.press("Enter")
             await asyncio.sleep(0.05)
-            with contextlib.suppress(Exception):
-                await state.page.wait_for_load_state("load", timeout=ctx.settings.browser_action_timeout_s * 1000)
+            await pool.settle(state.page)
         return None
 
     return await _act(ctx, action)
