@@ -291,3 +291,14 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         cli(["convert", str(good), "-o", "x.jsonl", "--format", "alpaca"])
     assert exc.value.code == 2
+
+
+def test_a_trajectory_file_is_refused_as_a_dataset(tmp_path):
+    from aworld_core.datasets import load_samples
+    from aworld_core.errors import DatasetError
+
+    write_jsonl([episode("t1")], tmp_path / "episodes.jsonl")
+    write_episodes([episode("t1")], tmp_path / "episodes.parquet")
+    for path in (tmp_path / "episodes.jsonl", tmp_path / "episodes.parquet"):
+        with pytest.raises(DatasetError, match="holds episodes.*include the answers.*sft:"):
+            load_samples(path)

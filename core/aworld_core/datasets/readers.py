@@ -57,7 +57,27 @@ def read_rows(path: str | Path, format: str = "auto", limit: int | None = None) 
         rows = _read_parquet(path, limit)
     else:
         rows = _read_csv(path, limit)
+    if rows:
+        _refuse_trajectories(path, rows[0])
     return rows[:limit] if limit is not None else rows
+
+
+def _refuse_trajectories(path: Path, row: dict[str, Any]) -> None:
+    """A trajectory file is not a dataset: its ``messages`` hold the answers, so reading its rows
+    as prompts would hand the model what it should find (episodes, task service results)."""
+    from aworld_core.export import is_task_result
+
+    if is_task_result(row):
+        what = "task service results (download_trajectories)"
+    elif {"steps", "task_id", "agent_id", "status"} <= row.keys():
+        what = "episodes (an export, a training run's trajectories or an evaluation output)"
+    else:
+        return
+    raise DatasetError(
+        f"dataset file '{path}' holds {what}, not dataset rows: their messages include the answers. Train on "
+        f"trajectories with SFT (the job's sft: section; python -m aworld_core.trajectories filter), see "
+        f"docs/trajectories-sft.md; for a dataset give the original rows"
+    )
 
 
 def _read_jsonl(path: Path, limit: int | None) -> list[dict[str, Any]]:
