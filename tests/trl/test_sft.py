@@ -149,3 +149,16 @@ def test_cli_dry_run_plans_sft_and_refuses_missing_files(episode_files, tmp_path
     assert "aworld_trl.trainer:train" in printed and "aworld_mode" in printed
     assert main(["--config", str(config), "--dry-run", "sft.train=missing.jsonl"]) == 2
     assert "sft.train" in capsys.readouterr().err
+
+
+def test_a_backend_without_an_sft_trainer_refuses_an_sft_job(episode_files, tmp_path, capsys):
+    import yaml
+
+    from aworld_core.run import main
+
+    job = _job(episode_files, tmp_path / "out", "tokens").model_dump(mode="json", exclude_none=True)
+    job["backends"] = {}
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(job))
+    assert main(["--config", str(config), "--backend", "reinforce", "--dry-run"]) == 2  # examples/reinforce_backend
+    assert "does not train; use the trl, verl or ms-swift backend" in capsys.readouterr().err
