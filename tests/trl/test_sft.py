@@ -162,3 +162,13 @@ def test_a_backend_without_an_sft_trainer_refuses_an_sft_job(episode_files, tmp_
     config.write_text(yaml.safe_dump(job))
     assert main(["--config", str(config), "--backend", "reinforce", "--dry-run"]) == 2  # examples/reinforce_backend
     assert "does not train; use the trl, verl or ms-swift backend" in capsys.readouterr().err
+
+
+def test_grpo_only_options_are_refused_in_an_sft_job(episode_files, tmp_path):
+    from aworld_core.errors import ConfigError
+    from aworld_trl.sft import check_sft_section
+
+    job = _job(episode_files, tmp_path, "tokens")
+    job.backends["trl"]["aworld"]["trajectory_every"] = 5
+    with pytest.raises(ConfigError, match="trajectory_every only apply to GRPO"):
+        check_sft_section(job)

@@ -34,6 +34,7 @@ from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import TrainResult
 from aworld_trl.trainer import TrlRun, _copy_tokenizer_files, _fmt, _process_age_s
 
+GRPO_ONLY_OPTIONS = frozenset({"trajectory_every", "rollout_torch_threads"})  # our options SFT has no use for
 GENERATION_MARK = re.compile(r"{%-?\s*generation\s*-?%}")
 DEFAULT_EVAL_MAX_TOKENS = 128  # per reply in the held-out evaluation when agent.max_tokens is unset
 
@@ -44,6 +45,15 @@ def check_sft_section(job: Any) -> Any:
 
     arguments, options = split_section(job.backend_section("trl"))
     refuse_sharded_training(arguments, job)
+    ignored = sorted(GRPO_ONLY_OPTIONS & options.model_fields_set)
+    if options.targets is not None and options.targets.min_final_reward is not None:
+        ignored.append("targets.min_final_reward")
+    if ignored:
+        raise ConfigError(
+            f"backends.trl.aworld.{', '.join(ignored)} only apply to GRPO (episodes sampled while training); an SFT "
+            f"job trains on recorded episodes: remove them",
+            [(f"backends.trl.aworld.{key}", None, "unset in an SFT job") for key in ignored],
+        )
     for name in ("train", "val", "tools"):
         value = getattr(job.sft, name)
         if value is not None and not Path(job.resolve_path(value)).exists():
