@@ -94,9 +94,12 @@ async def open_url(ctx: ToolContext, args: OpenArgs) -> str:
             try:
                 await page.goto(url, wait_until="commit")
             except Exception as exc:
-                with contextlib.suppress(Exception):  # let Chromium's error page land before the next action
-                    await page.wait_for_url(lambda u: u.startswith("chrome-error:"), timeout=2000)
-                    await page.wait_for_load_state("load", timeout=2000)
+                with contextlib.suppress(Exception):
+                    if "Timeout" in str(exc):  # the navigation still hangs: cancel it by another one
+                        await page.goto("about:blank", timeout=2000)
+                    else:  # a refused load: let Chromium's error page land before the next action
+                        await page.wait_for_url(lambda u: u.startswith("chrome-error:"), timeout=2000)
+                        await page.wait_for_load_state("load", timeout=2000)
                 refused = pool.notes(state)
                 if not refused and "Timeout" in str(exc):
                     refused = f"{url} did not answer within {ctx.settings.browser_action_timeout_s:g} s (BROWSER_ACTION_TIMEOUT_S)"
