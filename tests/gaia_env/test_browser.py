@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 from collections.abc import Iterator
 
 import aiohttp
@@ -188,3 +189,24 @@ async def test_episodes_do_not_share_cookies_and_ending_an_episode_closes_its_br
     async with connect(benv, episode="ep-a") as a:
         shown = text_of(await a.call_tool("browser__open", {"url": site.base + "/cookie/show"}))
     assert "cookies: []" in shown
+
+
+async def test_tab_episode_and_lifetime_limits(site):
+    import asyncio
+
+    with in_process_env(
+        servers="browser", allowed_hosts=f"127.0.0.1:{site.port}", browser_max_tabs=1, browser_max_episodes=1,
+        browser_episode_s=10,
+    ) as env:
+        async with connect(env, episode="ep-one") as one, connect(env, episode="ep-two") as two:
+            page = text_of(await one.call_tool("browser__open", {"url": site.base + "/popup"}))
+            started = time.monotonic()  # the episode's browser exists from before this
+            other = await two.call_tool("browser__open", {"url": site.base + "/"})
+            assert other.is_error and "BROWSER_MAX_EPISODES=1" in text_of(other)
+            clicked = text_of(await one.call_tool("browser__click", {"ref": ref_of(page, "King penguin leaflet")}))
+            assert "a new tab was closed: BROWSER_MAX_TABS=1" in clicked and "[tab 1/1] Leaflet" in clicked
+            extra = await one.call_tool("browser__open", {"url": site.base + "/", "new_tab": True})
+            assert extra.is_error and "BROWSER_MAX_TABS" in text_of(extra)
+            await asyncio.sleep(max(0.0, started + 10.5 - time.monotonic()))
+            late = await one.call_tool("browser__read_page", {})
+            assert late.is_error and "BROWSER_EPISODE_S=10" in text_of(late)

@@ -148,6 +148,7 @@ class EpisodeBrowser:
     pending: set[asyncio.Task[Any]] = field(default_factory=set)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     refused: list[str] = field(default_factory=list)
+    rejected: list[Any] = field(default_factory=list)  # tabs closed for BROWSER_MAX_TABS
     last_screenshot: bytes | None = None
     last_screenshot_at: float = 0.0
 
@@ -262,10 +263,11 @@ class BrowserPool:
     # --- pages, tabs, downloads -------------------------------------------------------------------
 
     def _adopt(self, state: EpisodeBrowser, page: Any) -> None:
-        if page in state.pages:
+        if page in state.pages or page in state.rejected:
             return
         if len(state.pages) >= self.settings.browser_max_tabs:
             state.refused.append(f"a new tab was closed: BROWSER_MAX_TABS={self.settings.browser_max_tabs} are open")
+            state.rejected = [*state.rejected[-20:], page]
             asyncio.ensure_future(page.close())
             return
         state.pages.append(page)
@@ -395,6 +397,8 @@ class BrowserPool:
         deadline = time.monotonic() + self.settings.browser_action_timeout_s
         while True:
             remaining = deadline - time.monotonic()
+            if page.is_closed():
+                return True
             if remaining <= 0:
                 return False
             try:

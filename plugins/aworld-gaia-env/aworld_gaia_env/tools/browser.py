@@ -147,6 +147,8 @@ async def click(ctx: ToolContext, args: RefArgs) -> str:
                 await target.click()
             page = await popup.value
             pool._adopt(state, page)
+            if page not in state.pages:  # over BROWSER_MAX_TABS: closed, and said so in the notes
+                return None
             await pool.settle(page)
             return f"the click opened a new tab (now tab {state.pages.index(page) + 1})" if page in state.pages else None
         await target.click()
