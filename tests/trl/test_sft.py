@@ -172,3 +172,14 @@ def test_grpo_only_options_are_refused_in_an_sft_job(episode_files, tmp_path):
     job.backends["trl"]["aworld"]["trajectory_every"] = 5
     with pytest.raises(ConfigError, match="trajectory_every only apply to GRPO"):
         check_sft_section(job)
+
+
+def test_plots_have_a_loss_panel_with_validation_loss(tmp_path):
+    from aworld_trl.plots import PANELS, SFT_PANELS, plot_metrics
+
+    assert ("loss", "loss") in PANELS  # the GRPO plot (make demo's metrics.png) draws the loss too
+    history = [{"step": s, "loss": 1.0 / s, "reward": s / 10} for s in range(1, 11)]
+    history += [{"step": 5, "eval_loss": 0.3}, {"step": 10, "eval_loss": 0.1}]
+    assert plot_metrics(history, tmp_path / "grpo.png").stat().st_size > 0
+    sft = plot_metrics(history, tmp_path / "sft.png", accuracy=(0.0, 0.9), panels=SFT_PANELS)
+    assert sft.stat().st_size > 0
