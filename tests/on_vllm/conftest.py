@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # the suite's helper modules (this folder cannot be a package named vllm)
+if str(HERE) not in sys.path:  # the suite's helper modules (teacher_forcing, episode_rewards)
     sys.path.insert(0, str(HERE))
 
 pytest.importorskip("vllm", reason="the vLLM suite runs in .venvs/vllm (make test-vllm)")

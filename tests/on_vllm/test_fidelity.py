@@ -147,13 +147,14 @@ def test_versions_across_a_weight_update_mid_episodes(engine, loop, tool_model_d
     from aworld_core.schemas import SamplingParams
 
     runner, recording = runner_for(engine, tool_model_dir, calculator, tmp_path)
-    old = engine.version
+    old, aborted = engine.version, engine.aborted
 
     async def episodes_with_an_update():
         batch = asyncio.create_task(runner.run_batch([s for s in samples(4) for _ in range(4)], group_size=4,
                                                      sampling=SamplingParams(temperature=1.0)))
-        while len(recording.calls) < 8:  # some turns done, others in flight
-            await asyncio.sleep(0.01)
+        # some turns done and some generations in flight: the update aborts them mid-turn
+        while len(recording.calls) < 8 or not engine.llm.get_num_unfinished_requests():
+            await asyncio.sleep(0.002)
         await engine.update_weights_from_dir(perturbed_model_dir)
         return await batch
 
@@ -174,5 +175,6 @@ def test_versions_across_a_weight_update_mid_episodes(engine, loop, tool_model_d
         print(f"{len(episodes)} episodes across an update (versions {sorted(seen)}, "
               f"{engine.aborted} requests aborted so far): max |vLLM - HF| logprob {worst:.2e}")
         assert seen == {old, new} and worst < TOLERANCE
+        assert engine.aborted > aborted and any(c.output.stop_reason == ABORT for c in recording.calls)
     finally:
         loop.run(engine.update_weights_from_dir(tool_model_dir))
