@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import io
 import json
 import os
@@ -432,6 +433,90 @@ for name, (nr, *args) in calls.items():
     assert "uid=" not in text
 
 
+# families refused by the allowlist: name -> (family, type, protocol); natively several are created
+# in the sandbox (vsock, netlink) or refused with another errno (packet, xdp: EPERM)
+_REFUSED_FAMILIES = {
+    "VSOCK": (40, 1, 0), "NETLINK": (16, 3, 0), "PACKET": (17, 3, 0), "ALG": (38, 5, 0), "KEY": (15, 3, 2),
+    "BLUETOOTH": (31, 3, 0), "CAN": (29, 3, 1), "TIPC": (30, 5, 0), "RDS": (21, 5, 0), "XDP": (44, 3, 0),
+    "PPPOX": (24, 1, 0), "IEEE802154": (36, 2, 0), "QIPCRTR": (42, 2, 0), "MCTP": (45, 2, 0),
+}
+_FAMILY_PROBE = f"""
+import ctypes, errno, multiprocessing, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+for name, (family, kind, proto) in {_REFUSED_FAMILIES!r}.items():
+    fd = libc.socket(family, kind, proto)
+    print('socket', name, 'CREATED' if fd >= 0 else errno.errorcode[ctypes.get_errno()])
+    pair = (ctypes.c_int * 2)()
+    fd = libc.socketpair(family, kind, proto, pair)
+    print('socketpair', name, 'CREATED' if fd >= 0 else errno.errorcode[ctypes.get_errno()])
+a, b = socket.socketpair()
+a.sendall(b'pair'); print('unix socketpair', b.recv(4).decode())
+socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).close(); print('unix socket ok')
+for family, host in ((socket.AF_INET, '127.0.0.1'), (socket.AF_INET6, '::1')):
+    server = socket.socket(family); server.bind((host, 0)); server.listen()
+    client = socket.create_connection(server.getsockname()[:2], timeout=3); peer, _ = server.accept()
+    client.sendall(b'lo'); print('loopback', family.name, peer.recv(2).decode())  # the sandbox's own lo
+def child(queue):
+    queue.put(os.getpid())
+queue = multiprocessing.get_context('fork').Queue()
+worker = multiprocessing.get_context('fork').Process(target=child, args=(queue,)); worker.start()
+print('multiprocessing', queue.get(timeout=10) == worker.pid); worker.join()
+"""
+
+
+async def test_seccomp_allows_only_unix_and_inet_socket_families(attacked):
+    # a child interpreter: the audit hook of the tool's own would stop bind() before the kernel sees it
+    run = f"import subprocess, sys\nr = subprocess.run([sys.executable, '-c', {_FAMILY_PROBE!r}], capture_output=True, text=True)\nprint(r.stdout, r.stderr)"
+    text = await _py(attacked, run, "ep-families")
+    refused = [line for line in text.splitlines() if line.startswith(("socket ", "socketpair "))]
+    # EAFNOSUPPORT from the filter: natively vsock and netlink are created, packet and xdp get
+    # EPERM, and socketpair of these families EOPNOTSUPP
+    assert len(refused) == 2 * len(_REFUSED_FAMILIES) and all(line.endswith(" EAFNOSUPPORT") for line in refused), text
+    for line in ("unix socketpair pair", "unix socket ok", "loopback AF_INET lo", "loopback AF_INET6 lo", "multiprocessing True"):
+        assert line in text, text
+
+
+def _run_bpf(program: bytes, arch: int, nr: int, args: tuple[int, ...] = ()) -> int:
+    """The return value of a classic-BPF seccomp program for one call (the few opcodes it uses)."""
+    import struct
+
+    data = struct.pack("=iIQ6Q", nr, arch, 0, *(list(args) + [0] * (6 - len(args))))
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = struct.unpack_from("=HBBI", program, 8 * pc)
+        pc += 1
+        if code == 0x20:
+            acc = struct.unpack_from("=I", data, k)[0]
+        elif code == 0x06:
+            return k
+        else:
+            hit = {0x15: acc == k, 0x45: bool(acc & k), 0x35: acc >= k}[code]
+            pc += jt if hit else jf
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_seccomp_socket_families_on_both_tables(arch):
+    from aworld_gaia_env.sandbox_seccomp import _AUDIT_ARCH, _SYSCALLS, build_filter
+
+    audit, numbers = _AUDIT_ARCH[arch], _SYSCALLS[arch]
+    allow, eperm, no_family = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.EAFNOSUPPORT
+    for shared in (False, True):
+        program = build_filter(shared_network=shared, arch=arch)
+        assert _run_bpf(program, audit, numbers["socket"], (1,)) == (eperm if shared else allow)
+        for family in (2, 10):
+            assert _run_bpf(program, audit, numbers["socket"], (family,)) == allow
+        assert _run_bpf(program, audit, numbers["socketpair"], (1,)) == allow
+        for family in (*(f for f, _, _ in _REFUSED_FAMILIES.values()), 0, 3, 46, 0xFFFFFFFF):
+            assert _run_bpf(program, audit, numbers["socket"], (family,)) == no_family
+            assert _run_bpf(program, audit, numbers["socketpair"], (family,)) == no_family
+        assert _run_bpf(program, audit, numbers["socketpair"], (2,)) == no_family
+        assert _run_bpf(program, audit, numbers["ptrace"]) == eperm  # the rest of the filter still holds
+        assert _run_bpf(program, audit, numbers["ioctl"], (0, 0x5412)) == eperm
+        assert _run_bpf(program, audit, numbers["clone"], (0x10000000,)) == eperm
+        assert _run_bpf(program, audit, 0) == allow
+        assert _run_bpf(program, 0x40000003, 0) == 0x80000000  # i386: killed
+
+
 # ---------------------------------------------------------------------------------------------
 # 7. network and kill attempts (child interpreters have no audit hook: the namespace holds)
 # ---------------------------------------------------------------------------------------------
@@ -517,10 +602,20 @@ async def test_network_only_when_allowed_and_never_host_unix_sockets(tmp_path, f
             "        print('CONNECTED')\n"
             "    except OSError as exc:\n"
             "        print('unix refused', exc)\n"
+            "a, b = socket.socketpair()\n"
+            "a.sendall(b'x'); print('socketpair', b.recv(1).decode())\n"
+            "for family in (socket.AF_VSOCK, socket.AF_NETLINK):\n"
+            "    try:\n"
+            "        socket.socket(family, socket.SOCK_DGRAM)\n"
+            "        print('CREATED', family)\n"
+            "    except OSError as exc:\n"
+            "        print('family refused', exc.errno)\n"
         )
         result = await sandbox.run_python(code, workspace)
         assert sandbox.mode == "bwrap" and "TCP ok" in result.stdout, result.render()
         assert "CONNECTED" not in result.stdout and result.stdout.count("Operation not permitted") == 2
+        assert "socketpair x" in result.stdout and "CREATED" not in result.stdout
+        assert result.stdout.count(f"family refused {errno.EAFNOSUPPORT}") == 2, result.render()
         assert host.accepted == 0
     finally:
         host.close()

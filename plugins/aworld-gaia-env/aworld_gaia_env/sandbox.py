@@ -232,7 +232,7 @@ class Sandbox:
         if network not in self._seccomp:
             from aworld_gaia_env.sandbox_seccomp import build_filter
 
-            self._seccomp[network] = build_filter(deny_unix_sockets=network).hex()
+            self._seccomp[network] = build_filter(shared_network=network).hex()
         return self._seccomp[network]
 
     def _config(self, workspace: Workspace, argv: list[str], files: list[tuple[str, str]] = ()) -> dict[str, object]:  # type: ignore[assignment]

@@ -5,11 +5,19 @@ cover and that model code never needs, each a known way out of (or through) a co
 tracing other processes, mounting, keyrings, BPF, perf, io_uring (runs I/O outside these
 checks), userfaultfd, handle-based opens (``open_by_handle_at``), module and kexec loading,
 clock and host settings, new namespaces (``unshare``/``setns``/``clone`` with a namespace flag),
-and terminal injection (``TIOCSTI``/``TIOCLINUX``). When the sandbox shares the host's network,
-``socket(AF_UNIX)`` is refused too: the host's abstract unix sockets live in its network
-namespace. ``clone3`` gets ``ENOSYS`` (its flags sit in memory a filter cannot read), so the C
+and terminal injection (``TIOCSTI``/``TIOCLINUX``). ``socket`` and ``socketpair`` take an
+allowlist of address families: ``AF_UNIX`` (pipes between processes, ``multiprocessing``,
+asyncio's self-pipe; the host's file-system sockets are outside the mount namespace), ``AF_INET``
+and ``AF_INET6`` (without the network they reach only the sandbox's own loopback). Every other
+family gets ``EAFNOSUPPORT``, as from a kernel built without it: ``AF_VSOCK`` ignores network
+namespaces (on a VM host it reaches the hypervisor's services), ``AF_NETLINK``, ``AF_PACKET``,
+``AF_ALG``, ``AF_KEY``, ``AF_BLUETOOTH``... are kernel surface model code never needs. When the
+sandbox shares the host's network, ``socket(AF_UNIX)`` is refused with ``EPERM`` too: the host's
+abstract unix sockets live in its network namespace (``socketpair(AF_UNIX)`` connects nothing
+outside and stays allowed). ``clone3`` gets ``ENOSYS`` (its flags sit in memory a filter cannot read), so the C
 library falls back to ``clone``, whose flags it can. Everything else is allowed; denied calls
-fail with ``EPERM`` so programs report an error instead of dying.
+fail with ``EPERM`` (refused socket families with ``EAFNOSUPPORT``) so programs report an error
+instead of dying.
 
 The program is classic BPF, assembled here with :mod:`struct` (no libseccomp binding needed);
 syscall numbers for x86_64 and aarch64 come from the kernel's ``unistd`` headers.
@@ -66,7 +74,7 @@ _SYSCALLS = {
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "lookup_dcookie": 212,
         "personality": 135, "iopl": 172, "ioperm": 173, "uselib": 134, "ustat": 136, "sysfs": 139,
         "_sysctl": 156, "create_module": 174, "nfsservctl": 180,
-        "clone": 56, "clone3": 435, "socket": 41, "ioctl": 16,
+        "clone": 56, "clone3": 435, "socket": 41, "socketpair": 53, "ioctl": 16,
     },
     "aarch64": {
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "mount": 40, "umount2": 39,
@@ -79,13 +87,13 @@ _SYSCALLS = {
         "fanotify_init": 262, "name_to_handle_at": 264, "open_by_handle_at": 265, "bpf": 280, "userfaultfd": 282,
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "lookup_dcookie": 18,
         "personality": 92,
-        "clone": 220, "clone3": 435, "socket": 198, "ioctl": 29,
+        "clone": 220, "clone3": 435, "socket": 198, "socketpair": 199, "ioctl": 29,
     },
 }
 
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
 _NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80
-_AF_UNIX = 1
+_AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
 
 
@@ -100,8 +108,21 @@ def _ins(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def build_filter(*, deny_unix_sockets: bool, arch: str | None = None) -> bytes:
-    """The filter as the raw ``struct sock_filter`` array bwrap reads from its ``--seccomp`` fd."""
+def _by_family(nr: int, actions: dict[int, int], default: int) -> list[bytes]:
+    """``socket``/``socketpair`` (nr): the return for the family in arg 0; every branch returns."""
+    body = [_ins(_LD_W_ABS, _arg_low(0))]
+    for family, action in actions.items():
+        body += [_ins(_JEQ_K, family, jf=1), _ins(_RET_K, action)]
+    body.append(_ins(_RET_K, default))
+    return [_ins(_JEQ_K, nr, jf=len(body)), *body]
+
+
+def build_filter(*, shared_network: bool, arch: str | None = None) -> bytes:
+    """The filter as the raw ``struct sock_filter`` array bwrap reads from its ``--seccomp`` fd.
+
+    ``shared_network``: the sandbox runs in the host's network namespace (``--share-net``), so
+    ``socket(AF_UNIX)`` could reach the host's abstract sockets and is refused.
+    """
     arch = arch or supported_arch()
     if arch not in _SYSCALLS:
         raise ValueError(
@@ -138,13 +159,10 @@ def build_filter(*, deny_unix_sockets: bool, arch: str | None = None) -> bytes:
         _ins(_RET_K, eperm),
         _ins(_RET_K, _RET_ALLOW),
     ]
-    if deny_unix_sockets:
-        prog += [
-            _ins(_JEQ_K, numbers["socket"], jf=4),
-            _ins(_LD_W_ABS, _arg_low(0)),
-            _ins(_JEQ_K, _AF_UNIX, jf=1),
-            _ins(_RET_K, eperm),
-            _ins(_RET_K, _RET_ALLOW),
-        ]
+    # socket families: an allowlist (the rest get EAFNOSUPPORT, as from a kernel without them)
+    no_family = _RET_ERRNO | errno.EAFNOSUPPORT
+    unix = eperm if shared_network else _RET_ALLOW
+    prog += _by_family(numbers["socket"], {_AF_UNIX: unix, _AF_INET: _RET_ALLOW, _AF_INET6: _RET_ALLOW}, no_family)
+    prog += _by_family(numbers["socketpair"], {_AF_UNIX: _RET_ALLOW}, no_family)
     prog.append(_ins(_RET_K, _RET_ALLOW))
     return b"".join(prog)
