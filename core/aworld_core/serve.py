@@ -55,6 +55,16 @@ def _num(name: str, default: Any, kind: type) -> Any:
         raise UsageError(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a{'n' if kind is int else ''} {kind.__name__}") from None
 
 
+def _flag(name: str) -> bool:
+    """A yes/no ``AWORLD_TASK_<NAME>`` variable (1/true/yes or 0/false/no; unset is no)."""
+    raw = str(_env(name, "")).strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise UsageError(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a yes/no value: use 1 or 0")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m aworld_core.serve",
@@ -92,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reward", default=_env("reward"), help="reward name scored on every successful task")
     p.add_argument("--drain-s", type=float, default=_num("drain_s", 10.0, float),
                    help="on shutdown, how long running tasks may finish before going back to the queue")
+    p.add_argument("--allow-stdio-mcp", action="store_true", default=_flag("allow_stdio_mcp"),
+                   help="let a task's mcp_config start stdio MCP servers, i.e. run a command the submitter "
+                   "names on this host (default: refused with 422); env AWORLD_TASK_ALLOW_STDIO_MCP=1")
     p.add_argument("--owner", default=_env("owner", ""), help="this host's name in the store (default: hostname:pid)")
     p.add_argument("--loop", default=_env("loop", "asyncio"), choices=["auto", "asyncio", "uvloop"],
                    help="event loop: asyncio's (default), uvloop (pip install uvloop), or uvloop if installed")
@@ -124,6 +137,8 @@ def build_config(args: argparse.Namespace) -> Any:
     token = _token(args)
     check_bind_token(token, args.host, "set AWORLD_TASK_TOKEN or --token-file to")
     register_secret(token)
+    if args.allow_stdio_mcp:
+        log.warning("--allow-stdio-mcp: a task's mcp_config may run commands on this host (stdio MCP servers)")
     if Path(".env").is_file():  # the settings (LLM_API_KEY, ...) the agents read
         warn_if_readable_by_others(Path(".env").absolute(), "the settings file")
     return ServerConfig(
@@ -142,6 +157,7 @@ def build_config(args: argparse.Namespace) -> Any:
         drain_s=args.drain_s,
         owner=args.owner or f"{_default_owner()}:{args.port}",
         base_dir=os.getcwd(),
+        allow_stdio_mcp=args.allow_stdio_mcp,
     )
 
 

@@ -15,6 +15,13 @@
 Agent episodes run through the ``rollout`` hook (the runtime's ``Runners``), so a plugin that
 replaces rollouts replaces them here too. References are resolved when the server starts, so a
 typo fails the start, not every task.
+
+A task comes from whoever can reach the API, so its overrides may not reach into this host
+(:func:`task_override_problems`, checked at submission and again before the task runs): its
+``mcp_config`` may not read this host's environment (``{"env": NAME}`` values are refused) nor
+start a stdio server (a command on this host) unless the operator allows it
+(``--allow-stdio-mcp``), and a task that points the LLM elsewhere (``llm_base_url``) brings its own
+``llm_api_key``: the host's key never goes to a URL the submitter chose.
 """
 
 from __future__ import annotations
@@ -115,6 +122,46 @@ def _check_agent(name: str, ref: str, obj: Any) -> Any:
     return obj
 
 
+def task_override_problems(task: AworldTask, *, allow_stdio_mcp: bool = False) -> list[tuple[str, str]]:
+    """What in ``task``'s overrides this host refuses, as ``(field, why)``: an MCP config that reads
+    this host's environment or (unless ``allow_stdio_mcp``) starts a stdio server, and an
+    ``llm_base_url`` without the task's own ``llm_api_key``."""
+    from aworld_core.errors import ConfigError
+    from aworld_core.tools.mcp_config import parse_mcp_config
+
+    problems: list[tuple[str, str]] = []
+    if task.llm_base_url is not None and not task.llm_api_key:
+        problems.append((
+            "llm_api_key",
+            "a task that sets llm_base_url must also set its own llm_api_key: this server does not send "
+            "its key to an endpoint a task chose",
+        ))
+    if task.mcp_config is not None:
+        try:
+            config = parse_mcp_config(task.mcp_config, env_refs=False)
+        except ConfigError as exc:
+            problems.append(("mcp_config", str(exc)))
+        else:
+            if not allow_stdio_mcp:
+                for name, server in config.mcp_servers.items():
+                    if server.type == "stdio":
+                        problems.append((
+                            f"mcp_config.mcpServers.{name}",
+                            "a task may not start a stdio MCP server (it runs 'command' on this host); use "
+                            "a streamable-http or sse server, or start the server with --allow-stdio-mcp",
+                        ))
+    return problems
+
+
+def check_task_overrides(task: AworldTask, *, allow_stdio_mcp: bool = False) -> None:
+    """Raise ``UsageError`` naming every override of ``task`` this host refuses."""
+    problems = task_override_problems(task, allow_stdio_mcp=allow_stdio_mcp)
+    if problems:
+        raise UsageError(
+            f"task '{task.task_id}' is refused: " + "; ".join(f"{field}: {why}" for field, why in problems)
+        )
+
+
 def task_sample(task: AworldTask) -> Sample:
     """The dataset row a task stands for (what rewards and the rollout hook receive)."""
     prompt: list[dict[str, Any]] = []
@@ -146,9 +193,12 @@ def has_overrides(task: AworldTask) -> bool:
     )
 
 
-def agent_for_task(agent: Any, task: AworldTask) -> Any:
+def agent_for_task(agent: Any, task: AworldTask, *, allow_stdio_mcp: bool = False) -> Any:
     """A copy of ``agent`` with the task's overrides (the shared agent is never changed)."""
     from aworld_core.agents.agent import Agent
+    from aworld_core.tools.mcp_config import parse_mcp_config
+
+    check_task_overrides(task, allow_stdio_mcp=allow_stdio_mcp)
 
     if not isinstance(agent, Agent):
         raise UsageError(
@@ -170,20 +220,27 @@ def agent_for_task(agent: Any, task: AworldTask) -> Any:
         desc=agent.desc,
         system_prompt=task.system_prompt if task.system_prompt is not None else agent.system_prompt,
         conf=new_conf,
-        mcp_config=task.mcp_config if task.mcp_config is not None else agent.mcp_config,
+        # parsed here with env_refs=False: a task's config never reads this host's environment
+        mcp_config=(
+            parse_mcp_config(task.mcp_config, env_refs=False) if task.mcp_config is not None else agent.mcp_config
+        ),
         mcp_servers=task.mcp_servers if task.mcp_servers is not None else agent.mcp_servers,
         tools=list(agent.tools),
         trainable=agent.trainable,
     )
 
 
-async def run_agent_task(entry: AgentEntry, task: AworldTask, *, episode_id: str) -> Episode:
+async def run_agent_task(
+    entry: AgentEntry, task: AworldTask, *, episode_id: str, allow_stdio_mcp: bool = False
+) -> Episode:
     """Run ``task`` with ``entry`` and return its finished episode.
 
     Failures inside the agent come back as a FAILED / TIMEOUT episode from the runtime; an
     exception here means the agent could not be built or run at all, and the executor records
-    the task as FAILED with it.
+    the task as FAILED with it. The task's overrides are checked again here (the server checked
+    them at submission, but a shared store may hold a task another host accepted).
     """
+    check_task_overrides(task, allow_stdio_mcp=allow_stdio_mcp)
     if entry.kind == "task_function":
         started = time.time()
         return episode_from_value(await entry.target(task), task, episode_id, started_at=started)
@@ -192,7 +249,7 @@ async def run_agent_task(entry: AgentEntry, task: AworldTask, *, episode_id: str
         agent = owned = await maybe_await(entry.target(task=task))
         _check_agent(entry.name, entry.ref, agent)
     elif has_overrides(task):
-        agent = owned = agent_for_task(entry.agent, task)
+        agent = owned = agent_for_task(entry.agent, task, allow_stdio_mcp=allow_stdio_mcp)
     else:
         agent = entry.agent
     try:

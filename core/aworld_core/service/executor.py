@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aworld_core.errors import UsageError
-from aworld_core.schemas import AworldTask, Episode, EpisodeStatus
+from aworld_core.schemas import AworldTask, Episode, EpisodeStatus, TaskStatus
 from aworld_core.service import states
 from aworld_core.service.agents import AgentRegistry, run_agent_task, task_sample
 from aworld_core.service.metrics import ServiceMetrics
@@ -42,6 +42,7 @@ class ExecutorConfig:
     timeout_grace_s: float = 5.0
     reward: str | None = None
     drain_s: float = 10.0
+    allow_stdio_mcp: bool = False  # a task's mcp_config may start stdio servers (see service.agents)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -265,7 +266,9 @@ class TaskExecutor:
             else:
                 if task.timeout is None and self.config.default_timeout_s is not None and entry.kind != "task_function":
                     task = task.model_copy(update={"timeout": self.config.default_timeout_s})
-                run.agent_future = asyncio.ensure_future(run_agent_task(entry, task, episode_id=episode_id))
+                run.agent_future = asyncio.ensure_future(
+                    run_agent_task(entry, task, episode_id=episode_id, allow_stdio_mcp=self.config.allow_stdio_mcp)
+                )
                 done, _ = await asyncio.wait({run.agent_future}, timeout=self._timeout_for(task, entry.kind))
                 if not done:
                     run.agent_future.cancel()
@@ -354,33 +357,58 @@ class TaskExecutor:
         return f"after the episode: {'; '.join(errors)}" if errors else None
 
     async def _write(self, run: _Run, episode: Episode, extra_error: str | None = None) -> None:
-        task, claim = run.task, run.claim
+        task = run.task
         status = states.from_episode(episode.status)
         error = "; ".join(e for e in (episode.error, extra_error) if e) or None
         if episode.reward_errors:
             failed = "; ".join(f"{name}: {text}" for name, text in episode.reward_errors.items())
             error = f"{error}; reward failed: {failed}" if error else f"reward failed: {failed}"
         outcome = Outcome(status, episode, episode.final_answer, episode.reward, error)
-        # a finished run keeps trying while the store is down: its lease may expire meanwhile, but
-        # its token still writes until another host re-claims the task (store.py, "Stalls"); the
-        # renewals, which go on for it, keep it from being re-claimed once the store answers
-        attempt = 0
-        while True:
+        # a result the store refuses as data (not because it is down) is written cleaned, and if
+        # even that is refused, as FAILED with the reason: retrying it would hold the slot forever
+        won: bool | None = None
+        problem: Exception | None = None
+        for form in ("as is", "cleaned", "failed"):
             try:
-                won = await self.store.finish(task.task_id, claim.lease_token, outcome)
+                written = outcome if form == "as is" else _cleaned(outcome) if form == "cleaned" else _unwritable(problem)
+                won = await self._finish(run, written)
+                status = written.status
                 break
-            except Exception as exc:
-                self._store_failed("finish", exc)
-                if self._drained:
-                    log.error("task %s: shutting down before its result could be written; it reruns", task.task_id)
-                    return
-                await asyncio.sleep(min(0.2 * 2**attempt, self.config.lease_s / 4))
-                attempt = min(attempt + 1, 16)
+            except _Drained:
+                log.error("task %s: shutting down before its result could be written; it reruns", task.task_id)
+                return
+            except Exception as exc:  # the result itself, not the store: try the next form
+                problem = exc
+                log.warning("task %s: the store refused the result (%s: %s)", task.task_id, type(exc).__name__,
+                            _clean_text(str(exc)))
+        if won is None:
+            log.error("task %s: no form of its result could be written; its lease lapses and it reruns", task.task_id)
+            return
         if won:
             self.metrics.count_finished(status.value, time.monotonic() - run.started)
         else:
             self.metrics.bump("fenced")
             log.warning("task %s: result refused (lease lost to another host); dropped here", task.task_id)
+
+    async def _finish(self, run: _Run, outcome: Outcome) -> bool:
+        """``store.finish``, retried while the store is unavailable; any other error is raised.
+
+        A finished run keeps trying while the store is down: its lease may expire meanwhile, but
+        its token still writes until another host re-claims the task (store.py, "Stalls"); the
+        renewals, which go on for it, keep it from being re-claimed once the store answers.
+        """
+        attempt = 0
+        while True:
+            try:
+                return await self.store.finish(run.task.task_id, run.claim.lease_token, outcome)
+            except Exception as exc:
+                if not store_unavailable(exc):
+                    raise
+                self._store_failed("finish", exc)
+                if self._drained:
+                    raise _Drained from exc
+                await asyncio.sleep(min(0.2 * 2**attempt, self.config.lease_s / 4))
+                attempt = min(attempt + 1, 16)
 
     async def _release(self, claim: Claim) -> None:
         try:
@@ -404,3 +432,57 @@ def _ended(task: AworldTask, episode_id: str, status: EpisodeStatus, error: str)
     episode.finish(status, error)
     return episode
 
+
+class _Drained(Exception):
+    """Shutting down while the store was unavailable: the result is not written (the task reruns)."""
+
+
+def store_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store could not be reached or was busy (worth retrying), as opposed
+    to refusing what was written (a value it cannot encode or hold, an illegal transition).
+
+    SQLite raises ``sqlite3.OperationalError`` for "database is locked" and I/O failures;
+    psycopg raises ``OperationalError`` (a failed connect or timeout, a lost server) and
+    ``InterfaceError`` (an unusable connection); a socket raises ``OSError``.
+    """
+    import sqlite3
+    import sys
+
+    if isinstance(exc, (OSError, TimeoutError, sqlite3.OperationalError)):
+        return True
+    psycopg = sys.modules.get("psycopg")  # only a PostgreSQL store has imported it
+    return psycopg is not None and isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
+
+
+def _clean_text(text: str) -> str:
+    """``text`` as any store can hold it: lone surrogates (from a JSON escape like ``\\ud800``)
+    become U+FFFD, a valid pair becomes its character, NUL (PostgreSQL text cannot hold it) goes."""
+    if text.isascii():
+        return text.replace("\x00", "")
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").replace("\x00", "")
+
+
+def _clean_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return _clean_text(value)
+    if isinstance(value, dict):
+        return {_clean_value(k): _clean_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean_value(v) for v in value]
+    return value
+
+
+def _cleaned(outcome: Outcome) -> Outcome:
+    """``outcome`` with every text of it (the trajectory's too) cleaned by :func:`_clean_text`."""
+    episode = outcome.episode
+    if episode is not None:
+        episode = Episode.model_validate(_clean_value(episode.model_dump()))
+    answer = _clean_text(outcome.answer) if outcome.answer is not None else None
+    error = _clean_text(outcome.error) if outcome.error is not None else None
+    return Outcome(outcome.status, episode, answer, outcome.reward, error)
+
+
+def _unwritable(problem: BaseException | None) -> Outcome:
+    """The last resort: FAILED, without the trajectory, saying why the result could not be stored."""
+    why = f"{type(problem).__name__}: {problem}" if problem is not None else "unknown"
+    return Outcome(TaskStatus.FAILED, None, None, None, _clean_text(f"the result could not be stored: {why}"))

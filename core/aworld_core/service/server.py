@@ -45,7 +45,7 @@ from aworld_core.errors import (
     UsageError,
 )
 from aworld_core.schemas import AworldTask, TaskState, TaskStatus
-from aworld_core.service.agents import AgentRegistry
+from aworld_core.service.agents import AgentRegistry, task_override_problems
 from aworld_core.service.executor import ExecutorConfig, TaskExecutor
 from aworld_core.service.metrics import ServiceMetrics
 from aworld_core.service.store import DEFAULT_MAX_ATTEMPTS, TaskFilter, TaskStore, open_store, task_not_found
@@ -76,6 +76,7 @@ class ServerConfig:
     retry_after_s: float = 1.0
     base_dir: str | None = None
     store_options: dict[str, Any] = field(default_factory=dict)
+    allow_stdio_mcp: bool = False  # a task's mcp_config may start stdio servers (commands on this host)
 
     def __post_init__(self) -> None:
         if not self.owner:
@@ -147,6 +148,7 @@ class TaskServer:
                 default_timeout_s=self.config.default_timeout_s,
                 reward=self.config.reward,
                 drain_s=self.config.drain_s,
+                allow_stdio_mcp=self.config.allow_stdio_mcp,
             ),
             self.metrics,
         )
@@ -309,6 +311,11 @@ class TaskServer:
             field_name = f"{prefix}agent_id"
             message = f"unknown agent_id '{task.agent_id}': this server runs {', '.join(self.agents.names)}"
             raise HTTPError(422, message, [{"field": field_name, "error": message}])
+        refused = task_override_problems(task, allow_stdio_mcp=self.config.allow_stdio_mcp)
+        if refused:
+            problems = [{"field": f"{prefix}{where}", "error": why} for where, why in refused]
+            names = ", ".join(p["field"] for p in problems)
+            raise HTTPError(422, f"task refused: {names}: {refused[0][1]}", problems)
         return task
 
     async def _queued_now(self) -> int:

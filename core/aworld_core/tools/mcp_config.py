@@ -10,6 +10,9 @@ Form (as AWorld users write it)::
 ``type`` is ``streamable-http``, ``sse`` or ``stdio`` (``command``/``args``/``env``/``cwd``).
 A header or ``env`` value may be a reference ``{"env": "NAME"}``, read from the environment
 variable NAME when the config is parsed: plan files carry secrets this way (``aworld_core.secrets``).
+Only a config the operator wrote may do that: a config that came from elsewhere (a task submitted
+to the task server) is parsed with ``env_refs=False``, which refuses such a reference, since it
+would otherwise copy this host's secrets into headers sent to a URL of the submitter's choosing.
 Unknown keys are errors naming the server and the key: a misspelt ``headers`` would otherwise
 silently run episodes unauthenticated.
 
@@ -25,10 +28,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from aworld_core.errors import ConfigError, UsageError
-from aworld_core.secrets import resolve_env_ref
+from aworld_core.secrets import is_env_ref, resolve_env_ref
 
 DEFAULT_ENV_SERVER_NAME = "aworld-mcp"
 
@@ -86,7 +89,7 @@ class MCPServerConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _normalize(cls, data: Any) -> Any:
+    def _normalize(cls, data: Any, info: ValidationInfo) -> Any:
         if isinstance(data, dict):
             data = dict(data)
             kind = data.get("type")
@@ -94,9 +97,20 @@ class MCPServerConfig(BaseModel):
                 data["type"] = "stdio" if data.get("command") else "streamable-http"
             elif isinstance(kind, str) and kind.lower() in _TYPE_ALIASES:
                 data["type"] = _TYPE_ALIASES[kind.lower()]
-            # a secret passed by reference, {"env": NAME} (plan files hold these: aworld_core.secrets)
+            # a secret passed by reference, {"env": NAME} (plan files hold these: aworld_core.secrets);
+            # refused in a config from outside (env_refs=False), which must not read this host's variables
+            env_refs = (info.context or {}).get("env_refs", True)
             for section in ("headers", "env"):
                 if isinstance(data.get(section), dict):
+                    if not env_refs:
+                        refs = [k for k, v in data[section].items() if is_env_ref(v)]
+                        if refs:
+                            raise ValueError(
+                                f"{section} {refs} are environment references ({{'env': NAME}}), which only "
+                                f"a config written by the operator (a job or plan file) may use; give the "
+                                f"value itself"
+                            )
+                        continue
                     data[section] = {
                         k: resolve_env_ref(v, f"{section}.{k}") for k, v in data[section].items()
                     }
@@ -130,8 +144,12 @@ class MCPConfig(BaseModel):
     mcp_servers: dict[str, MCPServerConfig] = Field(alias="mcpServers")
 
 
-def parse_mcp_config(config: dict[str, Any] | MCPConfig) -> MCPConfig:
-    """Validate the seed's MCP config; raises ``ConfigError`` naming the server and field."""
+def parse_mcp_config(config: dict[str, Any] | MCPConfig, *, env_refs: bool = True) -> MCPConfig:
+    """Validate the seed's MCP config; raises ``ConfigError`` naming the server and field.
+
+    ``env_refs=False`` (a config from outside, such as a submitted task's) refuses
+    ``{"env": NAME}`` values instead of reading them from this process's environment.
+    """
     if isinstance(config, MCPConfig):
         return config
     if not isinstance(config, dict):
@@ -146,7 +164,7 @@ def parse_mcp_config(config: dict[str, Any] | MCPConfig) -> MCPConfig:
             [("mcp_config.mcpServers", None, "a mapping of server name to server settings")],
         )
     try:
-        return MCPConfig.model_validate(config)
+        return MCPConfig.model_validate(config, context={"env_refs": env_refs})
     except ValidationError as exc:
         problems = []
         lines = []
