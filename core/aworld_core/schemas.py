@@ -372,7 +372,9 @@ class AworldTask(_Model):
     ``task_id`` is the idempotency key: submitting the same id again returns the stored task.
     The ``llm_*``, ``sampling``, ``system_prompt`` and ``mcp_*`` fields override the agent's own
     settings for this task only; ``None`` keeps the agent's. ``llm_api_key`` is stored with the
-    task (another host may run it) but never returned by the API.
+    task (another host may run it) but never returned by the API. What the server refuses in
+    them (host-environment references and stdio servers in ``mcp_config``, an ``llm_base_url``
+    without ``llm_api_key``) is checked by ``service.agents.task_override_problems``.
     """
 
     task_id: str = Field(

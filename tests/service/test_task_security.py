@@ -145,6 +145,17 @@ async def test_the_operator_may_allow_stdio_servers(serve: Any, tmp_path: Path) 
         assert state.status is TaskStatus.SUCCESS
 
 
+async def test_a_task_with_its_own_endpoint_sends_its_own_key(llm_stub: Any, serve: Any, tmp_path: Path) -> None:
+    async with serve(_config(tmp_path)) as (host, server):
+        status, reply = await _post(f"http://{host}/v1/tasks", {
+            "task_id": "own", "agent_id": "calc", "agent_input": "add 1 and 2",
+            "llm_base_url": llm_stub.base_url, "llm_api_key": "sk-the-task-s-own"})
+        assert status == 201, reply
+        assert (await _wait(server.store, "own")).status is TaskStatus.SUCCESS
+    keys = {call["headers"]["Authorization"] for call in llm_stub.calls}
+    assert keys == {"Bearer sk-the-task-s-own"}  # never the agent's test-key
+
+
 def test_the_serve_flag_defaults_off(monkeypatch: pytest.MonkeyPatch) -> None:
     from aworld_core.serve import _parser
 
