@@ -1,6 +1,6 @@
 """A small web site on 127.0.0.1 for the browser tools: content rendered by JavaScript, a search
 form, links across pages, a table behind a tab, a select, a popup, a file download, a page that
-never finishes loading (an image that never arrives), a document that never arrives, a redirect, a huge page, and cookies. The museum's pages hold a multi-hop question:
+never finishes loading (an image that never arrives), a document that never arrives, a redirect, a huge page, cookies, and a page that tries WebRTC. The museum's pages hold a multi-hop question:
 the height of the species whose exhibit Dr. Ada Frost donated (search -> item -> Measurements tab)."""
 
 from __future__ import annotations
@@ -142,6 +142,33 @@ fetch({json.dumps(target)}).then(() => {{ document.getElementById('r').textConte
     )
 
 
+async def webrtc(request: Request) -> Response:
+    """Tries WebRTC to the STUN (UDP) and TURN (TCP) ports given, from the page and from a new iframe."""
+    stun, turn = int(request.query_params["stun"]), int(request.query_params["turn"])
+    config = {"iceServers": [{"urls": f"stun:127.0.0.1:{stun}"},
+                             {"urls": f"turn:127.0.0.1:{stun}?transport=udp", "username": "u", "credential": "p"},
+                             {"urls": f"turn:127.0.0.1:{turn}?transport=tcp", "username": "u", "credential": "p"}]}
+    return _page(
+        "WebRTC",
+        f"""<p id="r">trying</p><script>
+const out = [];
+function attempt(where, win) {{
+  try {{
+    const pc = new win.RTCPeerConnection({json.dumps(config)});
+    pc.createDataChannel('x');
+    pc.createOffer().then(o => pc.setLocalDescription(o));
+    out.push(where + ' made a peer connection');
+  }} catch (e) {{ out.push(where + ' has no WebRTC'); }}
+}}
+attempt('page', window);
+const f = document.createElement('iframe');
+document.body.appendChild(f);
+attempt('iframe', f.contentWindow);
+setTimeout(() => {{ document.getElementById('r').textContent = 'webrtc done: ' + out.join(', '); }}, 2500);
+</script>""",
+    )
+
+
 async def redirect(request: Request) -> Response:
     return Response(status_code=302, headers={"Location": request.query_params["to"]})
 
@@ -155,6 +182,7 @@ class BrowserSite:
             Route("/files/{id}.csv", csv_file), Route("/options", options), Route("/popup", popup),
             Route("/slow", slow), Route("/hang.png", hang), Route("/huge", huge), Route("/many/{n}", many),
             Route("/cookie/set", cookie_set), Route("/cookie/show", cookie_show), Route("/probe", probe), Route("/redirect", redirect),
+            Route("/webrtc", webrtc),
         ])
         self.port = 0
         self._server = None

@@ -5,7 +5,10 @@ policy, per-episode isolation. One environment (one Chromium) for the module."""
 from __future__ import annotations
 
 import base64
+import os
 import re
+import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -30,10 +33,14 @@ def site() -> Iterator[BrowserSite]:
     server.stop()
 
 
+SERVER_SECRET = "sk-browser-test-secret-0123456789"
+"""An API key in the environment server's own environment: Chromium must not inherit it."""
+
+
 @pytest.fixture(scope="module")
 def benv(site: BrowserSite) -> Iterator[RunningEnv]:
     # only the test site is allowed among private addresses: the environment's own port stays refused
-    with in_process_env(
+    with pytest.MonkeyPatch.context() as patch, in_process_env(
         servers="browser,documents-txt",
         allowed_hosts=f"127.0.0.1:{site.port}",
         browser_action_timeout_s=4,
@@ -41,6 +48,7 @@ def benv(site: BrowserSite) -> Iterator[RunningEnv]:
         browser_max_elements=50,
         doc_max_chars=3000,
     ) as env:
+        patch.setenv("AWORLD_BROWSER_TEST_API_KEY", SERVER_SECRET)  # Chromium starts on the first browser call
         yield env
 
 
@@ -222,3 +230,90 @@ async def test_tab_episode_and_lifetime_limits(site):
             await asyncio.sleep(max(0.0, started + 10.5 - time.monotonic()))
             late = await one.call_tool("browser__read_page", {})
             assert late.is_error and "BROWSER_EPISODE_S=10" in text_of(late)
+
+
+def _chromium_pids() -> list[int]:
+    """Chromium processes below this test process (through Playwright's driver)."""
+    parents: dict[int, int] = {}
+    exes: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+            exes[int(entry)] = os.readlink(f"/proc/{entry}/exe")
+        except OSError:
+            continue
+
+    def below_us(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    return [pid for pid, exe in exes.items() if "chromium" in exe and below_us(pid)]
+
+
+async def test_chromium_does_not_inherit_the_servers_environment(benv, site):
+    async with connect(benv, episode="ep-env") as client:
+        assert not (await client.call_tool("browser__open", {"url": site.base + "/"})).is_error
+        environs = []
+        for pid in _chromium_pids():
+            try:
+                environs.append(open(f"/proc/{pid}/environ", "rb").read().split(b"\0"))
+            except OSError:  # a sandboxed renderer in its own namespace
+                continue
+    assert environs, "no Chromium process below the test was readable"
+    for environ in environs:
+        assert not any(SERVER_SECRET.encode() in item for item in environ)
+        assert not any(item.startswith(b"AWORLD_BROWSER_TEST_API_KEY=") for item in environ)
+    # Chromium's children write their command line over their environment: the browser process has it
+    assert any(item.startswith(b"HOME=") and b"gaia-chromium-home-" in item for environ in environs for item in environ)
+
+
+async def test_webrtc_is_off_and_open_refuses_script_urls(benv, site):
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.settimeout(0.1)
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(8)
+    tcp.settimeout(0.1)
+    arrived: list[str] = []
+    stop = threading.Event()
+
+    def listen() -> None:
+        while not stop.is_set():
+            try:
+                arrived.append(f"udp packet from {udp.recvfrom(2048)[1]}")
+            except OSError:
+                pass
+            try:
+                conn, peer = tcp.accept()
+                arrived.append(f"tcp connection from {peer}")
+                conn.close()
+            except OSError:
+                pass
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    try:
+        async with connect(benv, episode="ep-rtc") as client:
+            url = f"{site.base}/webrtc?stun={udp.getsockname()[1]}&turn={tcp.getsockname()[1]}"
+            assert not (await client.call_tool("browser__open", {"url": url})).is_error
+            done = await client.call_tool("browser__wait_for_text", {"text": "webrtc done"})
+            assert not done.is_error
+            for bad in ("data:text/html,<script>new RTCPeerConnection()</script>", "javascript:alert(1)",
+                        "blob:http://127.0.0.1/x", "about:blank"):
+                refused = await client.call_tool("browser__open", {"url": bad})
+                assert refused.is_error and "refused: browser__open takes http(s) URLs" in text_of(refused), bad
+        time.sleep(1.0)  # ICE gathering would have sent by now
+    finally:
+        stop.set()
+        listener.join(timeout=5)
+        udp.close()
+        tcp.close()
+    assert arrived == []
+    assert "page has no WebRTC, iframe has no WebRTC" in text_of(done)

@@ -6,8 +6,11 @@ is downloaded at install or run time. Every request a page makes goes through a 
 applies the environment's address policy (http/https only; private and loopback hosts refused
 unless ``GAIA_ENV_ALLOW_PRIVATE_URLS`` or ``GAIA_ENV_ALLOWED_HOSTS`` allow them). ``file://`` never
 reaches Chromium: a workspace file is opened as ``http://workspace.invalid/<path>`` and served by
-the route handler from the race-free workspace reader, anything else is refused. Downloads are
-copied into the workspace through its writer (size-capped by ``DOWNLOAD_MAX_BYTES``).
+the route handler from the race-free workspace reader, anything else is refused. WebRTC is off in
+every page (its STUN/TURN connections would not pass the route handler), ``browser__open`` takes no
+``data:``/``javascript:``/``blob:`` URL, and Chromium runs with a scrubbed environment (no API keys)
+and a private HOME. Downloads are copied into the workspace through its writer (size-capped by
+``DOWNLOAD_MAX_BYTES``).
 
 Limits per episode: pages loaded (``BROWSER_MAX_PAGES``), open tabs (``BROWSER_MAX_TABS``), time of
 one action (``BROWSER_ACTION_TIMEOUT_S``), lifetime of the episode's browser (``BROWSER_EPISODE_S``),
@@ -54,6 +57,37 @@ EXECUTABLE_CANDIDATES = (
 )
 
 VIEWPORT = {"width": 1280, "height": 800}
+
+# WebRTC's STUN (UDP) and TURN (UDP/TCP) connections are made by Chromium's network service and never
+# pass the route handler, so a page could reach any host and port with them: every frame of every
+# page loses the WebRTC interfaces before its own scripts run, and Chromium sends no non-proxied UDP
+# (``--webrtc-ip-handling-policy``; Chromium has no switch that turns WebRTC off, and TURN over TCP
+# still connects under that policy, which is why the interfaces go too)
+_NO_WEBRTC_JS = r"""
+(() => {
+  for (const name of Object.getOwnPropertyNames(globalThis)) {
+    if (/^(webkit)?RTC/.test(name)) { try { delete globalThis[name]; } catch (e) {} }
+  }
+})();
+"""
+
+CHROMIUM_ENV_PASSED = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "TZ", "TMPDIR", "FONTCONFIG_FILE", "FONTCONFIG_PATH")
+"""What Chromium keeps of the server's environment (which holds API keys it has no use for)."""
+
+
+def chromium_env(home: Path) -> dict[str, str]:
+    """Chromium's whole environment: a private HOME and XDG directories, locale, fonts, PATH."""
+    env = {name: os.environ[name] for name in CHROMIUM_ENV_PASSED if name in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.setdefault("LANG", "C.UTF-8")
+    env["HOME"] = str(home)
+    for name, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_CACHE_HOME", ".cache"), ("XDG_DATA_HOME", ".local/share")):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+        env[name] = str(home / sub)
+    runtime = home / "run"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env["XDG_RUNTIME_DIR"] = str(runtime)
+    return env
 
 # Marks interactive elements with stable references (data-aw-ref, kept across snapshots of a page)
 # and returns the readable text, links and elements, each capped so a huge page stays cheap.
@@ -170,6 +204,7 @@ class BrowserPool:
         self._start_lock = asyncio.Lock()
         self.episodes: dict[str, EpisodeBrowser] = {}
         self._host_ok: dict[tuple[str, int | None], tuple[float, str | None]] = {}
+        self._home: Path | None = None
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -194,13 +229,19 @@ class BrowserPool:
                 "--no-default-browser-check",
                 "--disable-features=Translate,MediaRouter,OptimizationHints",
                 f"--js-flags=--max-old-space-size={self.settings.browser_js_heap_mb}",
+                "--webrtc-ip-handling-policy=disable_non_proxied_udp",
             ]
+            if self._home is None:
+                import tempfile
+
+                self._home = Path(tempfile.mkdtemp(prefix="gaia-chromium-home-"))
             self._browser = await self._playwright.chromium.launch(
                 executable_path=find_executable(self.settings.browser_executable),
                 headless=True,
                 # Chromium refuses its own sandbox as root; unprivileged it uses user namespaces
                 chromium_sandbox=not root,
                 args=args,
+                env=chromium_env(self._home),
                 timeout=60_000,
             )
             logger.info("chromium %s started (its sandbox: %s)", self._browser.version, "off (root)" if root else "on")
@@ -231,6 +272,7 @@ class BrowserPool:
         timeout_ms = self.settings.browser_action_timeout_s * 1000
         context.set_default_timeout(timeout_ms)
         context.set_default_navigation_timeout(timeout_ms)
+        await context.add_init_script(_NO_WEBRTC_JS)
         state = EpisodeBrowser(workspace.key, workspace, context)
         await context.route("**/*", lambda route: self._route(state, route))
         with contextlib.suppress(AttributeError):  # Playwright >= 1.48: WebSockets pass the same policy
@@ -259,6 +301,9 @@ class BrowserPool:
             with contextlib.suppress(Exception):
                 await self._playwright.stop()
             self._playwright = None
+        if self._home is not None:
+            shutil.rmtree(self._home, ignore_errors=True)
+            self._home = None
 
     # --- pages, tabs, downloads -------------------------------------------------------------------
 

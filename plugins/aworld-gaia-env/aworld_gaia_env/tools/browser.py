@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -76,7 +77,14 @@ async def open_url(ctx: ToolContext, args: OpenArgs) -> str:
 
     async def action(state: EpisodeBrowser) -> str | None:
         url = args.url.strip()
-        if "://" not in url and not url.startswith(("about:", "data:")):
+        scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", url)
+        if scheme and scheme.group(1).lower() not in ("http", "https", "file"):
+            # data:, javascript: and blob: would run JavaScript the model wrote itself, outside any site
+            raise ToolError(
+                f"refused: browser__open takes http(s) URLs and workspace files, not {scheme.group(1)}: URLs "
+                f"(a workspace file whose name has a colon opens as ./<name>)"
+            )
+        if "://" not in url:
             url = "file://" + ctx.workspace.path.as_posix() + "/" + ctx.workspace.relative(url)
         url = pool.workspace_url(state, url)
         reason = await pool._refusal(url)
