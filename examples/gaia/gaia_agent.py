@@ -31,7 +31,7 @@ Today is {date}."""
 GAIA_SERVERS = [
     "documents-csv", "documents-xlsx", "documents-docx", "documents-pptx", "documents-pdf", "documents-txt",
     "intelligence-code", "intelligence-think", "intelligence-guard", "terminal", "download", "readweb",
-    "wiki", "wayback", "arxiv", "search", "media-image", "media-audio",
+    "wiki", "wayback", "arxiv", "search", "media-image", "media-audio", "media-video", "browser",
 ]
 
 
