@@ -119,10 +119,10 @@ sysdeps:
 test-core: venv postgres sysdeps
 	$(BIN)/python -m pytest $(wildcard $(CORE_TESTS))
 
-test-verl: $(if $(wildcard tests/verl plugins/aworld-verl/test-env.txt),$(STAMPS)/verl)
+test-verl: $(if $(wildcard tests/verl plugins/aworld-verl/test-env.txt),$(STAMPS)/verl $(STAMPS)/vllm)
 	@if [ -d tests/verl ]; then $(VENVS)/verl/bin/python -m pytest tests/verl; fi
 
-test-areal: $(if $(wildcard plugins/aworld-areal/test-env.txt),$(STAMPS)/areal)
+test-areal: $(if $(wildcard plugins/aworld-areal/test-env.txt),$(STAMPS)/areal $(STAMPS)/vllm)
 	@if [ -d tests/areal ] && [ -f plugins/aworld-areal/test-env.txt ]; then $(VENVS)/areal/bin/python -m pytest tests/areal; fi
 
 test-swift: $(if $(wildcard plugins/aworld-swift/test-env.txt),$(STAMPS)/swift)
