@@ -746,3 +746,43 @@ async def test_pool_scorer_scores_in_a_process_pool() -> None:
         assert [e.reward for e in episodes] == [1.0, 0.0] and not any(e.reward_errors for e in episodes)
     finally:
         shutdown_pools()
+
+
+@pytest.mark.slow
+async def test_shutdown_pools_kills_a_hanging_reward_instead_of_waiting_for_it(tmp_path) -> None:
+    import threading
+
+    from aworld_core.config import RewardSection
+    from aworld_core.worker import scoring
+
+    started = tmp_path / "started"
+    (tmp_path / "hang_reward.py").write_text(
+        "import pathlib, time\n"
+        "def hang(episode, sample):\n"
+        f"    pathlib.Path({str(started)!r}).write_text('x')\n"
+        "    time.sleep(3600)\n"
+        "    return 1.0\n"
+    )
+    scorer = scoring.PoolScorer(RewardSection(name="hang_reward.py:hang", trajectory_aware=True),
+                                base_dir=str(tmp_path), processes=1, timeout_s=3600)
+    episode = Episode(id="e", task_id="s0", agent_id="a")
+    episode.finish(EpisodeStatus.SUCCESS)
+    task = asyncio.ensure_future(scorer(episode, sample()))
+    for _ in range(1200):  # the spawned process imports the kit, then starts the reward
+        if started.exists() or task.done():
+            break
+        await asyncio.sleep(0.1)
+    assert started.exists(), "the reward never started in the pool"
+    pool = scoring._POOLS[1]
+    processes = list(pool._processes.values())
+    stopper = threading.Thread(target=scoring.shutdown_pools, kwargs={"grace_s": 0.5}, daemon=True)
+    stopper.start()
+    for _ in range(1200):  # the loop keeps running meanwhile: the scorer sees its pool break
+        if not stopper.is_alive():
+            break
+        await asyncio.sleep(0.05)
+    assert not stopper.is_alive(), "shutdown_pools waited on the hanging reward"
+    assert processes and not any(p.is_alive() for p in processes)  # killed, not left behind
+    await asyncio.wait_for(task, 60)
+    assert episode.reward is None and "BrokenProcessPool" in episode.reward_errors["hang_reward.py:hang"]
+    assert scoring._POOLS == {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -70,13 +71,24 @@ def _kill(processes: list[Any]) -> None:
             pass
 
 
-def shutdown_pools() -> None:
-    """Stop the reward processes (at shutdown; a worker exiting stops them anyway)."""
+def shutdown_pools(grace_s: float = 2.0) -> None:
+    """Stop the reward processes (at shutdown, e.g. from ``atexit``): queued calls are cancelled,
+    idle processes exit, and a process still running a reward after ``grace_s`` is killed. It never
+    waits on a reward that hangs (its episode's scorer then records ``BrokenProcessPool``), and
+    leaves no reward process behind the worker."""
     with _POOLS_LOCK:
         pools = list(_POOLS.values())
         _POOLS.clear()
+    processes: list[Any] = []
     for pool in pools:
-        pool.shutdown(wait=True, cancel_futures=True)
+        processes += list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
+        pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    _kill([p for p in processes if p.is_alive()])
+    for process in processes:
+        process.join(1.0)  # reap the killed ones
 
 
 def score_in_process(
