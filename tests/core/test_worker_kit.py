@@ -593,9 +593,71 @@ def test_worker_cache_shares_one_state_per_job_and_closes_once(tmp_path, monkeyp
     assert registered == [cache.close]  # registered with atexit once, on the first state
     stale = cache.get("k", lambda: {"v": 1})
     assert cache.get("k", lambda: {"v": 2}, valid=lambda s: s["v"] == 2) is not stale  # rebuilt when stale
+    assert closed == [stale]  # the stale state was closed, not leaked
     assert cache.pop(lambda key, _s: key == "k") == [{"v": 2}]
     cache.close()
-    assert cache.states() == [] and len(closed) == 2 and cache.for_job(text, "opts", build) is not first
+    assert cache.states() == [] and len(closed) == 3 and cache.for_job(text, "opts", build) is not first
+
+
+def test_worker_cache_job_text_aliases_honour_valid_and_close_the_stale_state() -> None:
+    from aworld_core.worker import WorkerCache
+
+    closed: list = []
+    cache = WorkerCache(close=closed.append)
+    text = json.dumps({"name": "aliased", "train_dataset": {"path": "data.jsonl"}})
+    live = {"ok": True}
+
+    def build(job):
+        return {"job": job.name, "live": dict(live)}
+
+    first = cache.for_job(text, "o", build, valid=lambda s: s["live"]["ok"])
+    assert cache.for_job(text, "o", build, valid=lambda s: s["live"]["ok"]) is first
+    first["live"]["ok"] = False  # e.g. the server manager it holds is gone
+    second = cache.for_job(text, "o", build, valid=lambda s: s["live"]["ok"])  # by the alias, no parse
+    assert second is not first and second["job"] == "aliased" and closed == [first]
+    cache.pop(lambda _k, s: s is second)
+    assert cache.for_job(text, "o", build) is not second  # a popped state is not served by its alias
+
+
+def test_worker_cache_builds_each_key_on_its_own() -> None:
+    import threading
+
+    from aworld_core.worker import WorkerCache
+
+    cache = WorkerCache()
+    release, building, builds = threading.Event(), threading.Event(), []
+
+    def slow() -> str:
+        building.set()
+        builds.append("slow")
+        # a build that waits on another thread using the cache (a helper loading the tokenizer)
+        helper = threading.Thread(target=lambda: cache.get("tokenizer", lambda: "tok"))
+        helper.start()
+        helper.join(30)
+        assert not helper.is_alive(), "the helper thread was blocked by this build"
+        assert release.wait(30)
+        return "slow-state"
+
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(cache.get("slow", slow))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    assert building.wait(30)
+    assert cache.get("other", lambda: "fast") == "fast"  # not held up by the slow key's build
+    release.set()
+    for thread in threads:
+        thread.join(30)
+    assert results == ["slow-state"] * 3 and builds == ["slow"]  # the waiters got the one build
+    assert cache.get("tokenizer", lambda: "again") == "tok"
+
+    def broken() -> str:
+        raise RuntimeError("build failed")
+
+    with pytest.raises(RuntimeError, match="build failed"):
+        cache.get("b", broken)
+    assert cache.get("b", lambda: "fixed") == "fixed"  # a failed build leaves no state and no lock
+    with pytest.raises(UsageError, match="asked for its own state"):
+        cache.get("self", lambda: cache.get("self", lambda: "x"))
 
 
 def test_shared_tokenizer_loads_a_directory_once() -> None:

@@ -57,7 +57,28 @@ class WorkerState:
             return self.gateway
 
 
-_states: WorkerCache[WorkerState] = WorkerCache()
+def _close_state(state: WorkerState) -> None:
+    """Stop the gateway of a state that is replaced (or left at exit): on its own loop while that
+    loop runs, else by closing its socket (a closed loop serves nothing)."""
+    if state.gateway is None:
+        return
+    loop = state.loop
+    if loop is not None and loop.is_running() and not loop.is_closed():
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            _stopping.add(task := loop.create_task(state.gateway.astop()))
+            task.add_done_callback(_stopping.discard)
+        else:
+            asyncio.run_coroutine_threadsafe(state.gateway.astop(), loop)
+    else:
+        state.gateway.stop(timeout_s=0)
+
+
+_stopping: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to its tasks
+_states: WorkerCache[WorkerState] = WorkerCache(close=_close_state)
 
 
 def worker_state(
