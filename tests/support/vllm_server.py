@@ -103,7 +103,7 @@ class VllmServer:
                "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1"}
         env.pop("PYTHONPATH", None)  # the framework env's paths must not leak into vLLM's interpreter
         started = time.monotonic()
-        log = open(self.log_path, "wb")  # noqa: SIM115 - the process keeps it
+        log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
                                      cwd=str(self.model_dir.parent), start_new_session=True)
         log.close()
