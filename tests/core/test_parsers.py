@@ -161,13 +161,30 @@ def test_qwen3_coder_malformed():
     ("text", "reasoning", "rest"),
     [
         ("<think>\nhmm\n</think>\n\nanswer", "hmm", "answer"),
-        ("hmm</think>answer", "hmm", "answer"),  # the opening tag was in the generation prompt
         ("<think>\nstill thinking when it stopped", "still thinking when it stopped", ""),
         ("no thinking here", None, "no thinking here"),
+        ("hmm</think>answer", None, "hmm</think>answer"),  # no <think>, no family that opens one
     ],
 )
 def test_split_reasoning(text, reasoning, rest):
     assert split_reasoning(text) == (reasoning, rest)
+
+
+@pytest.mark.parametrize(
+    ("text", "reasoning", "rest"),
+    [
+        ("hmm</think>answer", "hmm", "answer"),  # the opening tag was in the generation prompt
+        ("<think>a</think>b", "a", "b"),
+        ("answer without reasoning", None, "answer without reasoning"),
+        # a </think> after the call marker is inside the call's arguments: the text stays whole
+        ('ok <tool_call>{"name": "f", "arguments": {"q": "</think>"}}</tool_call>', None,
+         'ok <tool_call>{"name": "f", "arguments": {"q": "</think>"}}</tool_call>'),
+        ('r</think><tool_call>{"name": "f", "arguments": {"q": "</think>"}}</tool_call>', "r",
+         '<tool_call>{"name": "f", "arguments": {"q": "</think>"}}</tool_call>'),
+    ],
+)
+def test_split_reasoning_when_the_prompt_opens_think(text, reasoning, rest):
+    assert split_reasoning(text, opened_by_prompt=True, call_markers=("<tool_call>",)) == (reasoning, rest)
 
 
 # -- registry --------------------------------------------------------------------------------

@@ -207,20 +207,24 @@ class ChatRenderer:
         changed = previous is not None and start < len(previous)
         end = self._turn_end(past, start)
         self._check_calls(history, tools, past)
-        if full.startswith(past[:end]):
+        stable = full.startswith(past[:end])
+        mode = self.options.history_changes
+        if (changed or not stable) and mode != "keep":
+            # the sequence sampled so far is not the start of the template's conversation, whether
+            # the re-render shows between the last prompt and the history (``changed``) or only
+            # once the new messages follow
+            if mode == "restart":
+                return Delta([], full, restart=True, history_changed=True)
+            raise EpisodeInputError(
+                f"{self.template_name} renders the earlier turns differently once the new "
+                f"{_roles(new_messages)} message(s) follow (it is not prefix-stable), so the sequence "
+                "sampled so far is not the start of the template's conversation; set "
+                "template_options.history_changes to 'keep' or 'restart'"
+            )
+        if stable:
             at = end
         else:
             changed = True
-            mode = self.options.history_changes
-            if mode == "restart":
-                return Delta([], full, restart=True, history_changed=True)
-            if mode == "error":
-                raise EpisodeInputError(
-                    f"{self.template_name} renders the earlier turns differently once the new "
-                    f"{_roles(new_messages)} message(s) follow (it is not prefix-stable), so the sequence "
-                    "sampled so far is not the start of the template's conversation; set "
-                    "template_options.history_changes to 'keep' or 'restart'"
-                )
             at = self._tail_start(full, history, new_messages, tools)
         if changed:
             self._note_history_change()

@@ -57,6 +57,12 @@ class TemplateOptions(BaseModel):
         description="When the template renders earlier turns differently once new ones follow: 'keep' the "
         "sequence the policy saw, 'restart' a segment from a fresh render (history_rewritten), or 'error'.",
     )
+    think_in_prompt: bool = Field(
+        default=False,
+        description="The generation prompt may open a <think> block itself (reasoning models), so a sampled "
+        "turn's text up to its first </think> is reasoning even without an opening tag; otherwise only a turn "
+        "that starts with <think> has reasoning. A </think> after a tool-call marker never splits.",
+    )
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Extra variables for the template (e.g. builtin_tools for Llama-3.1)."
     )
@@ -84,6 +90,7 @@ FAMILIES: dict[str, TemplateOptions] = {
             family="qwen3",
             terminators=_IM_END,
             tool_parser="hermes",
+            think_in_prompt=True,
             limits="the template strips earlier turns' <think> blocks; the sequence keeps them as sampled, "
             "so it differs from a fresh render there",
         ),
@@ -128,6 +135,7 @@ FAMILIES: dict[str, TemplateOptions] = {
             terminators=_DEEPSEEK_EOS,
             tool_parser="deepseek_r1",
             tool_arguments="json",
+            think_in_prompt=True,
             limits="the generation prompt opens <think> and history drops reasoning; the sequence keeps it",
         ),
         TemplateOptions(
@@ -155,6 +163,7 @@ FAMILIES: dict[str, TemplateOptions] = {
             terminators=["<|user|>", "<|observation|>", "<|assistant|>"],
             terminator_opens_next_turn=True,
             tool_parser="glm45",
+            think_in_prompt=True,
             limits="no end-of-turn token: the next role's token ends a turn and opens the next one",
         ),
     )

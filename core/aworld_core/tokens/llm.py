@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,14 @@ class TokenLLM:
     tool-call id format, argument form, tool role, what to do when the template re-renders history);
     ``template_options`` (a ``TemplateOptions`` or a dict of its fields) overrides its fields, and an
     explicit ``tool_parser`` / ``end_of_turn`` overrides the preset's parser / terminators.
+
+    A finished session's id is refused for ``finished_ttl_s`` seconds (the newest
+    ``max_finished`` ids): a late call after ``finish_session`` would otherwise start a new
+    sequence nobody ever collects.
     """
+
+    finished_ttl_s: float = 3600.0
+    max_finished: int = 100_000
 
     def __init__(
         self,
@@ -110,6 +118,7 @@ class TokenLLM:
         self._sessions: dict[str, TokenSession] = {}
         self._in_flight: set[str] = set()
         self._dropped: set[str] = set()  # finished while a call was in flight: not stored again
+        self._finished: OrderedDict[str, float] = OrderedDict()  # finished ids -> when (monotonic)
         self._lock = threading.Lock()  # sessions are read by backends from other threads
 
     @property
@@ -133,6 +142,7 @@ class TokenLLM:
             return await self._stateless(msgs, tools, sampling, started)
 
         with self._lock:
+            self._check_not_finished(session_id)
             if session_id in self._in_flight:
                 raise LLMError(
                     f"session {session_id!r} already has a call in flight; an episode must wait for "
@@ -160,7 +170,26 @@ class TokenLLM:
             session = self._sessions.pop(session_id, None)
             if session_id in self._in_flight:
                 self._dropped.add(session_id)
+            self._finished[session_id] = time.monotonic()
+            self._finished.move_to_end(session_id)
+            while len(self._finished) > self.max_finished:
+                self._finished.popitem(last=False)
         return None if session is None else session.view()
+
+    def _check_not_finished(self, session_id: str) -> None:
+        """Refuse a call for a finished session (caller holds the lock); expired ids are forgotten."""
+        now = time.monotonic()
+        while self._finished:
+            oldest, at = next(iter(self._finished.items()))
+            if now - at <= self.finished_ttl_s:
+                break
+            self._finished.popitem(last=False)
+        if session_id in self._finished:
+            raise LLMError(
+                f"session {session_id!r} was finished (finish_session) and its training view collected; a "
+                "call after that would start a sequence nobody collects. Use a new session_id for a new "
+                "episode, and stop calling the model once the episode ended"
+            )
 
     def training_view(self, session_id: str) -> TrainingView | None:
         """The view so far, keeping the session (for debugging and the gateway's GET)."""
@@ -421,7 +450,11 @@ class TokenLLM:
                 text = text[: text.index(stop)]
         reasoning = None
         if self.parse_reasoning:
-            reasoning, text = split_reasoning(text)
+            reasoning, text = split_reasoning(
+                text,
+                opened_by_prompt=self.options.think_in_prompt,
+                call_markers=tuple(getattr(self.tool_parser, "call_markers", ())),
+            )
         parsed = self.tool_parser.parse(text, tools=tools, id_prefix=id_prefix)
         if reasoning is not None or not self.parse_reasoning:
             parsed.reasoning = reasoning  # else: what the parser found (harmony's analysis channel)

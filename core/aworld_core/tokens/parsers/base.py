@@ -34,20 +34,28 @@ class ToolParser(Protocol):
         ...
 
 
-def split_reasoning(text: str) -> tuple[str | None, str]:
+def split_reasoning(
+    text: str, *, opened_by_prompt: bool = False, call_markers: tuple[str, ...] = ()
+) -> tuple[str | None, str]:
     """``(reasoning, rest)`` for text with a ``<think>`` block.
 
-    The opening tag may be missing (templates that put ``<think>`` in the generation prompt);
-    an unclosed block (the generation stopped while thinking) is all reasoning.
+    Only a turn that starts with ``<think>`` has one, or, when the family's generation prompt may
+    open the block itself (``opened_by_prompt``), a turn with a ``</think>``; a ``</think>`` written
+    after one of the parser's ``call_markers`` is part of a tool call (its arguments), never the
+    end of reasoning, so the text is left whole for the parser. An unclosed block that the turn
+    opened (the generation stopped while thinking) is all reasoning.
     """
-    if "</think>" in text:
-        before, after = text.split("</think>", 1)
-        reasoning = before.split("<think>", 1)[-1]
-        return reasoning.strip("\n"), after.lstrip("\n")
     stripped = text.lstrip()
-    if stripped.startswith("<think>"):
-        return stripped[len("<think>") :].strip("\n"), ""
-    return None, text
+    opened = stripped.startswith("<think>")
+    if not opened and not opened_by_prompt:
+        return None, text
+    body = stripped[len("<think>") :] if opened else text
+    close = body.find("</think>")
+    if close >= 0 and any(0 <= body.find(m) < close for m in call_markers if m):
+        return None, text
+    if close < 0:
+        return (body.strip("\n"), "") if opened else (None, text)
+    return body[:close].strip("\n"), body[close + len("</think>") :].lstrip("\n")
 
 
 # -- tool-call ids ----------------------------------------------------------------------------
@@ -91,6 +99,7 @@ class BaseToolParser:
     """Holds the id format; ``default_id_format`` is the family's (``alnum9`` for Mistral)."""
 
     default_id_format = "prefix"
+    call_markers: tuple[str, ...] = ()  # texts that open a tool call (a "</think>" after one is in it)
 
     def __init__(self, *, id_format: str | None = None):
         self.id_format = check_id_format(id_format or self.default_id_format)

@@ -21,6 +21,8 @@ SEP = "<｜tool▁sep｜>"
 class DeepSeekParser(BaseToolParser):
     """Text before ``<｜tool▁calls▁begin｜>`` (and any after ``<｜tool▁calls▁end｜>``) is content."""
 
+    call_markers = (CALLS_BEGIN, CALL_BEGIN)
+
     def parse(self, text: str, *, tools: list[dict[str, Any]] | None = None, id_prefix: str = "call_") -> ParsedText:
         at = text.find(CALLS_BEGIN)
         if at < 0:

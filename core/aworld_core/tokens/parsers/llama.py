@@ -22,6 +22,7 @@ class Llama3JsonParser(BaseToolParser):
     """
 
     python_tag = "<|python_tag|>"
+    call_markers = (python_tag,)
 
     def parse(self, text: str, *, tools: list[dict[str, Any]] | None = None, id_prefix: str = "call_") -> ParsedText:
         content = ""

@@ -29,6 +29,7 @@ class MistralParser(BaseToolParser):
     """
 
     default_id_format = "alnum9"
+    call_markers = (TOOL_CALLS,)
 
     def parse(self, text: str, *, tools: list[dict[str, Any]] | None = None, id_prefix: str = "call_") -> ParsedText:
         if TOOL_CALLS not in text:

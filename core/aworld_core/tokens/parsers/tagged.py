@@ -22,6 +22,7 @@ class HermesParser(BaseToolParser):
 
     open_tag = "<tool_call>"
     close_tag = "</tool_call>"
+    call_markers = (open_tag,)
 
     def parse(self, text: str, *, tools: list[dict[str, Any]] | None = None, id_prefix: str = "call_") -> ParsedText:
         self._schemas = parameter_types(tools)
