@@ -495,6 +495,54 @@ async def test_a_member_that_raises_drops_its_group() -> None:
         assert group.trained() == [False, False, False]
 
 
+async def _members_with_one_cancelled(key: str, cancel_when: str) -> list:
+    """Three members as verl's AworldAgentLoop.run runs them; member 0 is cancelled after it
+    handed in its episode, while it waits on the group (``cancel_when="waiting"``) or once the
+    group is decided but before it built its output (``"decided"``)."""
+    from aworld_core.worker import Rendezvous, group_decider
+
+    rendezvous = Rendezvous()
+    decide = group_decider(GroupPolicy(), scored=True)
+    handed_in, go_on, members = asyncio.Event(), asyncio.Event(), []
+
+    async def member(i: int) -> object:
+        me = rendezvous.join(key, decide)
+        members.append(me)
+        try:
+            await asyncio.sleep(0.01 if i == 0 else 0.05)
+            group = await me.finish(_member(i, float(i)), sample())
+            if i == 0:
+                handed_in.set()
+            await go_on.wait()  # e.g. notify: the member has its group but not yet its output
+            return group
+        except BaseException as exc:
+            me.leave(exc)
+            raise
+
+    tasks = [asyncio.ensure_future(member(i)) for i in range(3)]
+    if cancel_when == "waiting":
+        while not members or 0 not in members[0].group.episodes:  # member 0 waits on the decision
+            await asyncio.sleep(0.001)
+        assert not members[0].group.future.done()
+    else:
+        await handed_in.wait()
+    tasks[0].cancel()
+    go_on.set()
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.mark.parametrize("cancel_when", ["waiting", "decided"])
+async def test_a_member_cancelled_after_handing_in_its_episode_drops_its_group(cancel_when) -> None:
+    results = await _members_with_one_cancelled(f"uid-{cancel_when}", cancel_when)
+    assert isinstance(results[0], asyncio.CancelledError)
+    for group in results[1:]:  # the framework holds no output for member 0: nobody trains
+        assert group.dropped and "drop_group" in group.dropped
+        # left before the decision: its slot says why; after it: the group's reason does
+        why = group.episodes[0].error if cancel_when == "waiting" else group.dropped
+        assert "the agent loop raised CancelledError" in why
+        assert group.trained() == [False, False, False] and group.neutral_rewards() == [0.0, 0.0, 0.0]
+
+
 @pytest.mark.parametrize("n", [1, 4])
 async def test_a_group_closes_one_loop_turn_after_its_first_member(n) -> None:
     from aworld_core.worker import Rendezvous, group_decider

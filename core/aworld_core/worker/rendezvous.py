@@ -10,9 +10,10 @@ anything. The group's membership closes one event-loop turn after its first memb
 (``loop.call_soon``), which is after every sibling created in the same stretch has joined. The
 members then run their episodes; when the last one finishes, the group is decided once
 (:func:`group_decider`: the kit's ``apply_group_policy``), and every member builds its output from
-that decision. A member that raises instead (a configuration error, a cancellation) leaves its
-group, and the others are dropped with it: the framework then holds no output for that member, so
-the group could not stay whole.
+that decision. A member that raises instead (a configuration error, a cancellation), also after
+it handed in its episode, leaves its group, and the others are dropped with it: the framework then
+holds no output for that member, so the group could not stay whole (a group already decided is
+marked dropped, for the members that have not built their outputs yet).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 from aworld_core.schemas import Episode, EpisodeStatus, Sample, new_id
 from aworld_core.worker.episodes import EpisodeGroup, apply_group_policy
-from aworld_core.worker.policy import GroupPolicy
+from aworld_core.worker.policy import GROUP_DROPPED, GroupPolicy
 
 # decide(group_id, sample, members, any_left) -> the group under the policy
 Decide = Callable[[str, Sample, list[Episode], bool], EpisodeGroup]
@@ -61,6 +62,15 @@ def _left_member(group: _Group, index: int) -> Episode:
     return episode
 
 
+def _drop_decided(group: EpisodeGroup, why: str) -> None:
+    """Mark a decided group dropped: the framework holds no output for one of its members, so
+    the group it trains would not be the size it expects."""
+    if group.dropped is None:
+        group.dropped = f"{why}; drop_group"
+    for episode in group.episodes:
+        episode.metadata[GROUP_DROPPED] = group.dropped
+
+
 @dataclass
 class Member:
     """One member's place in its group (``index``: its position, in the order members joined)."""
@@ -81,12 +91,21 @@ class Member:
         return await asyncio.shield(group.future)
 
     def leave(self, error: BaseException) -> None:
-        """The member raised instead of finishing: the others are decided without it (dropped)."""
+        """The member raised instead of giving the framework its output (before or after
+        :meth:`finish`, e.g. cancelled while it waited on the group): the group is dropped.
+        Before the decision the member counts as left (its episode, if handed in, is not
+        counted); after it, the decided group is marked dropped, so no member builds a training
+        output from it later. An output a member already built cannot be taken back."""
         group = self.group
-        if self.index in group.episodes or self.index in group.left:
+        if self.index in group.left:
             return
-        group.left[self.index] = f"the agent loop raised {type(error).__name__}: {error}"
-        group.maybe_decide()
+        why = f"the agent loop raised {type(error).__name__}: {error}"
+        group.left[self.index] = why
+        if not group.future.done():
+            group.episodes.pop(self.index, None)
+            group.maybe_decide()
+        elif not group.future.cancelled() and group.future.exception() is None:
+            _drop_decided(group.future.result(), f"member {self.index} left the decided group ({why})")
 
 
 class Rendezvous:

@@ -151,11 +151,12 @@ class AworldAgentLoop(AgentLoopBase):
             finally:
                 stats = state.engine.end(episode_id)
             group = await member.finish(episode, sample)
+            await runner.notify(episode)  # once, after scoring and the group policy
+            # until verl has this member's output, a cancellation still drops the group (leave)
+            return self._outputs(state, episode, sample, group, member, stats, kwargs, sampling_params)
         except BaseException as exc:
             member.leave(exc)
             raise
-        await runner.notify(episode)  # once, after scoring and the group policy
-        return self._outputs(state, episode, sample, group, member, stats, kwargs, sampling_params)
 
     # -- internals ---------------------------------------------------------------------------------
 
