@@ -269,8 +269,74 @@ async def test_chromium_does_not_inherit_the_servers_environment(benv, site):
     for environ in environs:
         assert not any(SERVER_SECRET.encode() in item for item in environ)
         assert not any(item.startswith(b"AWORLD_BROWSER_TEST_API_KEY=") for item in environ)
+        # the launcher's own variables (its bubblewrap arguments' file, the uid) end with it
+        assert not any(item.startswith(b"AWORLD_BROWSER_") for item in environ)
     # Chromium's children write their command line over their environment: the browser process has it
-    assert any(item.startswith(b"HOME=") and b"gaia-chromium-home-" in item for environ in environs for item in environ)
+    assert any(re.fullmatch(rb"HOME=.*/gaia-chromium-[^/]+/home", item) for environ in environs for item in environ)
+
+
+def _status(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/status") as handle:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in handle if ":\t" in line)
+
+
+async def test_chromium_runs_unprivileged_in_bubblewrap_with_its_own_sandbox_on(benv, site):
+    uid = GaiaEnvSettings().sandbox_uid_base - 1  # the browser's uid, below every episode's
+    async with connect(benv, episode="ep-iso") as client:
+        assert not (await client.call_tool("browser__open", {"url": site.base + "/"})).is_error
+        pids = _chromium_pids()
+        assert pids
+        kinds = {}
+        for pid in pids:
+            # Chromium's children rewrite their command line as one string: --type= is searched, not split
+            found = re.search(rb"--type=([\w-]+)", open(f"/proc/{pid}/cmdline", "rb").read())
+            kind = found.group(1).decode() if found else "browser"
+            kinds.setdefault(kind, []).append(pid)
+            status = _status(pid)
+            # real, effective, saved and file-system uid on the host: never root
+            expected = uid if os.geteuid() == 0 else os.getuid()
+            assert {int(x) for x in status["Uid"].split()} == {expected}, (kind, status["Uid"])
+            # no capability, but the sandboxed zygote's in the user namespace Chromium made for it
+            assert status["CapEff"] == "0000000000000000" or kind == "zygote", (kind, status["CapEff"])
+            # its own mount namespace: no /work, /root, workspaces, host sockets
+            assert os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+            root = f"/proc/{pid}/root"
+            for hidden in ("/work", "/root", "/var/run", "/run/postgresql", str(benv.workspace_root), "/etc/shadow"):
+                assert not os.path.lexists(root + hidden), (kind, hidden)
+        assert set(kinds) >= {"browser", "renderer"}, kinds
+        (browser,) = kinds["browser"]
+        # the browser process sees bubblewrap's root (its sandboxed children are chrooted into nothing)
+        assert os.path.isdir(f"/proc/{browser}/root/usr/lib/chromium")
+        assert sorted(os.listdir(f"/proc/{browser}/root")) == sorted(
+            {"usr", "etc", "proc", "dev", "tmp", "bin", "sbin", "lib", "lib64", "var", "lib32", "libx32"}
+            & set(os.listdir(f"/proc/{browser}/root"))
+        )
+        for renderer in kinds["renderer"]:
+            status = _status(renderer)
+            assert status["Seccomp"] == "2", status["Seccomp"]  # Chromium's seccomp-bpf sandbox
+            assert status["NoNewPrivs"] == "1"
+            # Chromium's namespace sandbox: a user namespace of its own inside bubblewrap's
+            assert os.readlink(f"/proc/{renderer}/ns/user") != os.readlink(f"/proc/{browser}/ns/user")
+            assert os.readlink(f"/proc/{renderer}/ns/pid") != os.readlink(f"/proc/{browser}/ns/pid")
+        assert os.readlink(f"/proc/{browser}/ns/user") != os.readlink("/proc/self/ns/user")
+        assert os.readlink(f"/proc/{browser}/ns/pid") != os.readlink("/proc/self/ns/pid")
+
+
+async def test_pages_cannot_read_another_episodes_workspace_or_host_files(benv, site):
+    await upload(benv, "ep-owner", "secret.txt", b"owner's secret 4711")
+    owner_file = next(benv.workspace_root.glob("**/secret.txt"))
+    assert owner_file.read_bytes() == b"owner's secret 4711"
+    async with connect(benv, episode="ep-thief") as client:
+        for target in (owner_file.as_uri(), "file:///etc/passwd", "file:///proc/self/environ"):
+            opened = await client.call_tool("browser__open", {"url": f"{site.base}/probe?target={target}"})
+            assert not opened.is_error, text_of(opened)
+            seen = await client.call_tool("browser__wait_for_text", {"text": "probe blocked"})
+            assert not seen.is_error, (target, text_of(seen))
+        refused = await client.call_tool("browser__open", {"url": owner_file.as_uri()})
+        assert refused.is_error and "4711" not in text_of(refused)
+        # and were file:// ever let through, the browser's own file system has no workspace in it
+        for pid in _chromium_pids():
+            assert not os.path.lexists(f"/proc/{pid}/root{owner_file}")
 
 
 async def test_webrtc_is_off_and_open_refuses_script_urls(benv, site):

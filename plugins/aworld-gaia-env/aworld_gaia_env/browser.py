@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlsplit
 
+from aworld_gaia_env.browser_launch import IsolatedChromium, browser_uid, missing_isolation
 from aworld_gaia_env.errors import ToolError
 
 if TYPE_CHECKING:
@@ -205,6 +206,7 @@ class BrowserPool:
         self.episodes: dict[str, EpisodeBrowser] = {}
         self._host_ok: dict[tuple[str, int | None], tuple[float, str | None]] = {}
         self._home: Path | None = None
+        self._isolation: IsolatedChromium | None = None
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -219,7 +221,6 @@ class BrowserPool:
 
             if self._playwright is None:
                 self._playwright = await async_playwright().start()
-            root = os.geteuid() == 0
             args = [
                 "--disable-dev-shm-usage",
                 "--disable-background-networking",
@@ -231,20 +232,49 @@ class BrowserPool:
                 f"--js-flags=--max-old-space-size={self.settings.browser_js_heap_mb}",
                 "--webrtc-ip-handling-policy=disable_non_proxied_udp",
             ]
-            if self._home is None:
-                import tempfile
+            executable = find_executable(self.settings.browser_executable)
+            assert executable is not None  # missing_browser said so
+            isolated = self.settings.sandbox_isolation == "bwrap"
+            if isolated:
+                problem = missing_isolation()
+                if problem is not None:
+                    raise problem
+                self._isolation = IsolatedChromium.prepare(browser_uid(self.settings.sandbox_uid_base))
+                env = {**chromium_env(self._isolation.home), "TMPDIR": "/tmp", **self._isolation.env(executable)}
+                launch: dict[str, Any] = {
+                    "executable_path": self._isolation.launcher,
+                    "downloads_path": str(self._isolation.downloads),
+                    "chromium_sandbox": True,  # not root inside bubblewrap: Chromium's own sandbox is on
+                }
+            else:
+                logger.warning(
+                    "SANDBOX_ISOLATION=audit: Chromium runs WITHOUT bubblewrap, as this server's user%s; a renderer "
+                    "exploit is held only by the container. Use SANDBOX_ISOLATION=bwrap outside trusted local use.",
+                    " (root, so with its own sandbox off)" if os.geteuid() == 0 else "",
+                )
+                if self._home is None:
+                    import tempfile
 
-                self._home = Path(tempfile.mkdtemp(prefix="gaia-chromium-home-"))
-            self._browser = await self._playwright.chromium.launch(
-                executable_path=find_executable(self.settings.browser_executable),
-                headless=True,
-                # Chromium refuses its own sandbox as root; unprivileged it uses user namespaces
-                chromium_sandbox=not root,
-                args=args,
-                env=chromium_env(self._home),
-                timeout=60_000,
-            )
-            logger.info("chromium %s started (its sandbox: %s)", self._browser.version, "off (root)" if root else "on")
+                    self._home = Path(tempfile.mkdtemp(prefix="gaia-chromium-home-"))
+                env = chromium_env(self._home)
+                launch = {"executable_path": executable, "chromium_sandbox": os.geteuid() != 0}
+            started = time.perf_counter()
+            try:
+                self._browser = await self._playwright.chromium.launch(
+                    headless=True, args=args, env=env, timeout=60_000, **launch
+                )
+            except Exception as exc:
+                if self._isolation is not None:
+                    self._isolation.cleanup()
+                    self._isolation = None
+                where = " in bubblewrap" if isolated else ""
+                raise ToolError(f"Chromium did not start{where}: {_short(exc)}") from None
+            how = "unisolated"
+            if self._isolation is not None:
+                uid = os.getuid() if self._isolation.uid is None else self._isolation.uid
+                how = f"in bubblewrap as uid {uid}, its own sandbox on"
+            logger.info("chromium %s started in %.0f ms (%s)", self._browser.version,
+                        (time.perf_counter() - started) * 1e3, how)
             return self._browser
 
     async def episode(self, workspace: Workspace) -> EpisodeBrowser:
@@ -304,6 +334,9 @@ class BrowserPool:
         if self._home is not None:
             shutil.rmtree(self._home, ignore_errors=True)
             self._home = None
+        if self._isolation is not None:
+            self._isolation.cleanup()
+            self._isolation = None
 
     # --- pages, tabs, downloads -------------------------------------------------------------------
 
