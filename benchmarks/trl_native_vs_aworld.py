@@ -7,7 +7,7 @@ Python function and generates again. Both sides here start from the same warm-st
 same reward (exact product), the same calculator logic (``aworld_cpu_grpo_demo.calculator.calculate``;
 over MCP on our side, a Python callable on TRL's), and the same budget (steps, prompts x
 generations, lr and schedule, sampling, ``max_completion_length`` covering sampled and tool
-tokens, two tool rounds then an answer). One process, aworld first, then TRL-native.
+tokens, two tool rounds then an answer). One process, one side after the other (``--first``).
 
 Every ``--eval-every`` steps both are measured by one function: the live policy's weights,
 greedy, the full tool loop (the demo's agent over the real MCP calculator), on the same held-out
@@ -19,7 +19,7 @@ schema" for the demo's. As TRL's error says, the tokenizer gets a response templ
 own Qwen3 one (``<tool_call>{json}</tool_call>`` then content up to ``<|im_end|>``), which
 matches what the demo's template renders. Nothing else about TRL is changed.
 
-    .venv/bin/python benchmarks/trl_native_vs_aworld.py [--steps 100] [--eval-every 10] [--eval-n 50]
+    .venv/bin/python benchmarks/trl_native_vs_aworld.py [--steps 100] [--eval-every 10] [--eval-n 100] [--first trl]
     .venv/bin/python benchmarks/trl_native_vs_aworld.py --quick      # smoke test, tiny model, seconds
 """
 
@@ -281,7 +281,8 @@ def table(results: dict[str, Any], opts: argparse.Namespace, loads: dict[str, tu
           f"every {opts.eval_every} steps; {os.cpu_count()} CPUs")
     print(f"{'side':10s} {'acc@0':>6s} {'final':>6s} {'best':>6s} {'to 0.8 (step, s)':>18s} "
           f"{'train s':>8s} {'s/step':>7s} {'reward':>11s} {'tool calls':>11s} {'load avg':>10s}")
-    for name, cb in results.items():
+    for name in ("aworld", "trl"):
+        cb = results[name]
         pts = cb.points
         hit = reached(pts[1:])
         total = pts[-1][1]
@@ -306,9 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--length", type=int, default=64, help="max_completion_length (sampled + tool tokens)")
     parser.add_argument("--eval-every", type=int, default=10)
-    parser.add_argument("--eval-n", type=int, default=50, help="held-out problems (the demo's test split)")
+    parser.add_argument("--eval-n", type=int, default=100, help="held-out problems (the demo's test split)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     parser.add_argument("--model", default=None, help=f"warm-started model directory (default {DEMO_MODEL})")
+    parser.add_argument("--first", choices=("aworld", "trl"), default="aworld",
+                        help="which side trains first (the machine's load drifts: run both orders)")
     parser.add_argument("--quick", action="store_true", help="smoke test: tiny model, 2 steps, 4 problems")
     opts = parser.parse_args(argv)
     if opts.quick:
@@ -333,8 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = model_for(opts, Path(tmp))
         job = load_job(demo_job(model_dir, Path(tmp) / "out", calculator.mcp_config(), opts))
         evaluate = Evaluator(job, load_tokenizer(model_dir), held_out, loop, opts.length)
-        for name, run in (("aworld", lambda: run_aworld(job, model_dir, evaluate, opts.eval_every, loop)),
-                          ("trl", lambda: run_trl_native(job, model_dir, evaluate, opts.eval_every, opts))):
+        runs = {"aworld": lambda: run_aworld(job, model_dir, evaluate, opts.eval_every, loop),
+                "trl": lambda: run_trl_native(job, model_dir, evaluate, opts.eval_every, opts)}
+        order = ["aworld", "trl"] if opts.first == "aworld" else ["trl", "aworld"]
+        for name, run in ((name, runs[name]) for name in order):
             print(f"{name}: training (load average {os.getloadavg()[0]:.1f})", flush=True)
             first = os.getloadavg()[0]
             results[name] = run()
