@@ -163,3 +163,84 @@ def parse_completion(response: dict[str, Any]) -> tuple[list[int], list[float], 
     choice = response["choices"][0]
     tokens = [int(t.split(":", 1)[1]) for t in choice["logprobs"]["tokens"]]  # "token_id:123"
     return tokens, [float(x) for x in choice["logprobs"]["token_logprobs"]], str(choice["finish_reason"])
+
+
+class RecordingProxy:
+    """An HTTP pass-through on 127.0.0.1 in front of the vLLM server that keeps every exchange.
+
+    Lets a test see exactly what a framework's own client sent and what vLLM answered (``exchanges``:
+    ``(method, path, status, request JSON, response JSON)``) without touching either side.
+    """
+
+    def __init__(self, upstream: str):
+        self.upstream = upstream.rstrip("/")
+        self.exchanges: list[tuple[str, str, int, Any, Any]] = []
+        self.port = 0
+        self._loop: Any = None
+        self._runner: Any = None
+        self._thread: Any = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def _forward(self, request: Any) -> Any:
+        import aiohttp
+        from aiohttp import web
+
+        body = await request.read()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+            async with session.request(request.method, f"{self.upstream}{request.path_qs}", data=body or None,
+                                       headers={"Content-Type": request.headers.get("Content-Type", "application/json")}) as up:
+                data = await up.read()
+                status, content_type = up.status, up.headers.get("Content-Type", "application/json")
+        self.exchanges.append((request.method, request.path, status, _json_or_text(body), _json_or_text(data)))
+        return web.Response(body=data, status=status, headers={"Content-Type": content_type})
+
+    def start(self) -> RecordingProxy:
+        import asyncio
+        import threading
+
+        from aiohttp import web
+
+        started = threading.Event()
+
+        async def serve() -> None:
+            app = web.Application()
+            app.router.add_route("*", "/{tail:.*}", self._forward)
+            self._runner = web.AppRunner(app, access_log=None)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]
+            started.set()
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._loop.run_until_complete(serve())
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="vllm-recording-proxy", daemon=True)
+        self._thread.start()
+        if not started.wait(30):
+            raise RuntimeError("the recording proxy did not start")
+        return self
+
+    def stop(self) -> None:
+        import asyncio
+
+        if self._loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop = None
+
+
+def _json_or_text(data: bytes) -> Any:
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode(errors="replace")
