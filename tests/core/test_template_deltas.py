@@ -592,3 +592,98 @@ def test_the_job_model_section_chooses_the_family(tok, tmp_path):
         job_with_model(tmp_path, {"family": "gpt-4"})
     with pytest.raises(ConfigError, match="template_options.tool_role"):
         job_with_model(tmp_path, {"template_options": {"tool_role": "function"}})
+
+
+# -- review fixes: short contents, history_changes on earlier re-renders, unparsed calls --------------
+
+
+@pytest.mark.parametrize("result", ["a", "im", "assistant", "2", "<|im_start|>assistant<|im_sep|>"])
+async def test_phi4_dropping_a_short_tool_result_is_refused(tok, result):
+    """Old code: a content found in the template's own text ("a" in "assistant") passed the check."""
+    call = enc(tok, '<tool_call>\n{"name": "calc", "arguments": {"q": "1+1"}}\n</tool_call><|im_end|>')
+    llm = TokenLLM(ScriptedTokenEngine([call]), tok, chat_template=PHI4, family="phi4")
+    r1 = await llm.chat(QUESTION, TOOLS, session_id="ep")
+    messages = [*QUESTION, r1.message(), {"role": "tool", "tool_call_id": r1.tool_calls[0].id, "content": result}]
+    with pytest.raises(EpisodeInputError, match="leaves out the content of a new 'tool' message"):
+        await llm.chat(messages, TOOLS, session_id="ep")
+
+
+async def test_short_tool_results_that_are_rendered_pass(tok):
+    call = enc(tok, '<tool_call>\n{"name": "calc", "arguments": {"q": "1+1"}}\n</tool_call><|im_end|>')
+    llm = TokenLLM(ScriptedTokenEngine([call, enc(tok, "2<|im_end|>")]), tok, chat_template=PHI4, family="phi4",
+                   template_options={"tool_role": "user"})
+    r1 = await llm.chat(QUESTION, TOOLS, session_id="ep")
+    messages = [*QUESTION, r1.message(), {"role": "tool", "tool_call_id": r1.tool_calls[0].id, "content": "a"}]
+    await llm.chat(messages, TOOLS, session_id="ep")
+    (env,) = env_runs(llm.finish_session("ep"))
+    assert tok.decode(env) == "<|im_start|>user<|im_sep|>a<|im_end|><|im_start|>assistant<|im_sep|>"
+
+
+async def _hermes2pro_follow_up(mode: str | None):
+    """Hermes-2-Pro renders '</tool_response><|im_end|>' when last and '</tool_response>\\n<|im_end|>'
+    when followed: the re-render shows between the last prompt and the history, not after it."""
+    from aworld_core.testing.templates import family_template, family_tokenizer
+
+    tok = family_tokenizer("hermes2pro")
+    template = family_template("hermes2pro")
+    call = enc(tok, '<tool_call>\n{"name": "calc", "arguments": {"q": "1+1"}}\n</tool_call><|im_end|>')
+    engine = ScriptedTokenEngine([call, enc(tok, "It is 2.<|im_end|>"), enc(tok, "Bye.<|im_end|>")])
+    options = {"history_changes": mode} if mode else None
+    llm = TokenLLM(engine, tok, chat_template=template, family="hermes-2-pro", template_options=options)
+    messages = list(QUESTION)
+    r1 = await llm.chat(messages, TOOLS, session_id="ep")
+    messages += [r1.message(), {"role": "tool", "tool_call_id": r1.tool_calls[0].id, "content": "2"}]
+    r2 = await llm.chat(messages, TOOLS, session_id="ep")
+    messages += [r2.message(), {"role": "user", "content": "thanks"}]
+    return tok, template, llm, messages
+
+
+async def test_history_changes_error_applies_to_an_earlier_re_rendered_turn():
+    """Old code: 'error' was consulted only when the re-render showed after the history, so this one
+    was kept silently."""
+    _, _, llm, messages = await _hermes2pro_follow_up("error")
+    with pytest.raises(EpisodeInputError, match="not prefix-stable"):
+        await llm.chat(messages, TOOLS, session_id="ep")
+
+
+async def test_history_changes_restart_applies_to_an_earlier_re_rendered_turn():
+    tok, template, llm, messages = await _hermes2pro_follow_up("restart")
+    await llm.chat(messages, TOOLS, session_id="ep")
+    fresh = tok.apply_chat_template(messages, tools=TOOLS, chat_template=template, add_generation_prompt=True,
+                                    tokenize=False)
+    assert llm.engine.calls[2].prompt_ids == enc(tok, fresh)
+    assert llm.finish_session("ep").history_rewritten
+
+
+async def test_history_changes_keep_is_unchanged_for_an_earlier_re_rendered_turn():
+    _, _, llm, messages = await _hermes2pro_follow_up(None)
+    await llm.chat(messages, TOOLS, session_id="ep")
+    assert llm.session("ep").template_rewrites == 1
+    view = llm.finish_session("ep")
+    assert not view.history_rewritten and view.num_turns == 3
+
+
+async def test_gpt_oss_error_result_is_headed_with_the_unparsed_call():
+    """The runtime answers every call, an unparsed one with an error: the history message keeps that
+    call, so gpt-oss's template heads the error with its name (old code: the message had no call, and
+    the template refused the result or headed it with an earlier call's name)."""
+    from aworld_core.testing.templates import family_template, family_tokenizer
+
+    tok = family_tokenizer("gpt_oss")
+    good = enc(tok, '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"q": "P"}<|call|>')
+    bad = enc(tok, '<|channel|>commentary to=functions.calc <|constrain|>json<|message|>{"q": oops<|call|>')
+    final = enc(tok, "<|channel|>final<|message|>done<|return|>")
+    llm = TokenLLM(ScriptedTokenEngine([good, bad, final]), tok, chat_template=family_template("gpt_oss"),
+                   family="gpt-oss")
+    messages = list(QUESTION)
+    r1 = await llm.chat(messages, TOOLS, session_id="ep")
+    messages += [r1.message(), {"role": "tool", "tool_call_id": r1.tool_calls[0].id, "content": "sunny"}]
+    r2 = await llm.chat(messages, TOOLS, session_id="ep")
+    (call,) = r2.tool_calls
+    assert call.error and call.name == "calc"
+    messages += [r2.message(), {"role": "tool", "tool_call_id": call.id, "content": "Error: bad JSON"}]
+    r3 = await llm.chat(messages, TOOLS, session_id="ep")
+    assert r3.content == "done"
+    envs = [tok.decode(run) for run in env_runs(llm.finish_session("ep"))]
+    assert envs[0].startswith("<|start|>functions.get_weather to=assistant")
+    assert envs[1].startswith("<|start|>functions.calc to=assistant") and "Error: bad JSON" in envs[1]

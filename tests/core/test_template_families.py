@@ -397,7 +397,10 @@ async def test_family_episodes_are_exact(name):
             refused.append(f"{session}: {exc}")
             llm.finish_session(session)
             engine.calls.clear()
-            assert not planner.canonical.get(session, True), refused[-1]
+            # Mistral v3's published template renders the system text only when a user message is
+            # last, so the fresh render a restart takes after a tool turn has none: refused
+            system_dropped = name == "mistral_v3" and "'system' message" in str(exc)
+            assert system_dropped or not planner.canonical.get(session, True), refused[-1]
             continue
         seen |= check_episode(fam, tok, llm, engine, session, messages, turns, planner.kinds[session],
                               planner.canonical.get(session, True))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -294,12 +295,69 @@ async def test_malformed_tool_call_is_kept_as_an_error_and_the_turn_goes_on(tiny
     assert len(r1.tool_calls) == 1
     call = r1.tool_calls[0]
     assert call.error and "not valid JSON" in call.error and call.name == "calc"
-    assert r1.finish_reason == "stop" and "tool_calls" not in r1.message()
+    assert r1.finish_reason == "stop"
+    # the history message keeps the call (arguments "{}": what was written is not JSON), so the
+    # runtime's error result answers a call of the message
+    assert r1.message()["tool_calls"] == [
+        {"id": call.id, "type": "function", "function": {"name": "calc", "arguments": "{}"}}
+    ]
     error_msg = {"role": "tool", "tool_call_id": call.id, "content": f"Error: {call.error}"}
     r2 = await llm.chat([*QUESTION, r1.message(), error_msg], TOOLS, session_id="ep")
     assert r2.content == "sorry"
     view = llm.finish_session("ep")
-    assert view.response_ids[: len(bad)] == bad
+    assert view.response_ids[: len(bad)] == bad and not view.history_rewritten
+
+
+async def test_an_echo_without_the_unparsed_call_still_extends_the_session(tiny_tokenizer):
+    """OpenAI clients (the gateway's) cannot echo a call that failed to parse: the session goes on."""
+    tok = tiny_tokenizer
+    bad = encode(tok, '<tool_call>\n{"name": "calc", "arguments": {"expr": 2+}\n</tool_call><|im_end|>')
+    llm, _ = make_llm(tok, "qwen2_5", [bad, turn_ids(tok, "qwen2_5", {"role": "assistant", "content": "sorry"})])
+    r1 = await llm.chat(QUESTION, TOOLS, session_id="ep")
+    echo = {"role": "assistant", "content": r1.content}
+    error_msg = {"role": "tool", "tool_call_id": r1.tool_calls[0].id, "content": "Error: bad JSON"}
+    await llm.chat([*QUESTION, echo, error_msg], TOOLS, session_id="ep")
+    assert not llm.finish_session("ep").history_rewritten
+
+
+async def test_a_call_after_finish_session_is_refused(tiny_tokenizer):
+    """Old code: a late call started a new session that nobody would ever finish."""
+    tok = tiny_tokenizer
+    once = turn_ids(tok, "qwen2_5", {"role": "assistant", "content": "once"})
+    llm, engine = make_llm(tok, "qwen2_5", [once, once])
+    await llm.chat(QUESTION, session_id="ep")
+    assert llm.finish_session("ep") is not None
+    with pytest.raises(LLMError, match="session 'ep' was finished"):
+        await llm.chat(QUESTION, session_id="ep")
+    assert llm.session_ids() == [] and len(engine.calls) == 1
+    await llm.chat(QUESTION, session_id="ep-2")  # other sessions are unaffected
+
+
+async def test_finished_ids_are_forgotten_after_their_ttl_and_bounded(tiny_tokenizer):
+    tok = tiny_tokenizer
+    once = turn_ids(tok, "qwen2_5", {"role": "assistant", "content": "once"})
+    llm, _ = make_llm(tok, "qwen2_5", [once])
+    llm.max_finished = 2
+    for name in ("a", "b", "c"):
+        llm.finish_session(name)
+    assert list(llm._finished) == ["b", "c"]
+    llm.finished_ttl_s = 0.0
+    time.sleep(0.01)
+    await llm.chat(QUESTION, session_id="b")  # expired: a new session is allowed again
+    assert list(llm._finished) == []
+
+
+async def test_a_think_close_inside_tool_arguments_keeps_the_call(tiny_tokenizer):
+    """Old code: the text was split at the first </think> anywhere, so a call whose arguments
+    held one became "reasoning" and the call vanished."""
+    tok = tiny_tokenizer
+    text = 'Checking.\n<tool_call>\n{"name": "calc", "arguments": {"expr": "strip </think> tags"}}\n</tool_call><|im_end|>'
+    for template, preset in (("qwen2_5", "qwen2.5"), ("qwen3", "qwen3")):  # qwen3's prompt may open <think>
+        llm = TokenLLM(ScriptedTokenEngine([encode(tok, text)]), tok, chat_template=load_template(template),
+                       family=preset)
+        r = await llm.chat(QUESTION, TOOLS, session_id="ep")
+        assert r.finish_reason == "tool_calls" and r.reasoning is None and r.content == "Checking.", preset
+        assert json.loads(r.tool_calls[0].arguments) == {"expr": "strip </think> tags"}
 
 
 async def test_tool_call_ids_are_deterministic_per_session_and_turn(tiny_tokenizer):

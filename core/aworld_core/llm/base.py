@@ -11,6 +11,7 @@ path, the exact sampled tokens (``token_data``), so the runtime never has to re-
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -35,15 +36,21 @@ class LLMResponse:
     duration_s: float | None = None
 
     def message(self) -> Message:
-        """The assistant message to append to the conversation (OpenAI format)."""
+        """The assistant message to append to the conversation (OpenAI format).
+
+        Calls that failed to parse are kept too: the runtime answers every call with a tool message,
+        and each must answer a call of this message, or a template that heads a result with the
+        call's name (gpt-oss) would head the error with another call's name or refuse it. Their
+        arguments are ``"{}"`` unless the model wrote a JSON object (templates and servers parse
+        them); the sampled tokens, not this message, keep what the model wrote.
+        """
         msg: Message = {"role": "assistant", "content": self.content}
         if self.reasoning:
             msg["reasoning_content"] = self.reasoning
-        valid = [call for call in self.tool_calls if call.error is None]
-        if valid:
+        if self.tool_calls:
             msg["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in valid
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _wire_arguments(c)}}
+                for c in self.tool_calls
             ]
         return msg
 
@@ -58,6 +65,16 @@ class LLMResponse:
             duration_s=self.duration_s,
             token_data=self.token_data,
         )
+
+
+def _wire_arguments(call: ToolCall) -> str:
+    """A call's arguments as JSON object text: an errored call's raw text only when it is one."""
+    if call.error is None:
+        return call.arguments
+    try:
+        return call.arguments if isinstance(json.loads(call.arguments), dict) else "{}"
+    except (TypeError, ValueError):
+        return "{}"
 
 
 @runtime_checkable

@@ -34,6 +34,8 @@ from aworld_core.tokens.families import TemplateOptions
 logger = logging.getLogger(__name__)
 
 _PROBES = ("AWORLDPROBE7Q", "ZAWORLDPROBE7Q")  # two, so one always differs from the next character
+_CONTENT_PROBE = "AWORLDCONTENTPROBE4K"  # replaces a content whose presence a render must show
+_SURE_LENGTH = 16  # a content this long found in a render is the content (unless template text spells it)
 
 
 def load_chat_template(chat_template: str | Path | None, tokenizer: Any) -> str:
@@ -174,7 +176,7 @@ class ChatRenderer:
     def prompt(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> tuple[str, list[int]]:
         """The rendered first prompt (with the generation prompt) and its ids."""
         text = self.render(messages, tools, generation_prompt=True)
-        self._check_contents(text, messages)
+        self._check_contents(text, messages, [], tools)
         return text, self.encode(text)
 
     def prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
@@ -230,7 +232,7 @@ class ChatRenderer:
             self._note_history_change()
         env = full[at:]
         term = self._terminator_at(env)
-        self._check_contents(env, new_messages)
+        self._check_contents(env, new_messages, history, tools)
         ids = self.encode(env)
         if not ids or ids[0] != self.closing[term]:
             raise LLMError(
@@ -309,16 +311,27 @@ class ChatRenderer:
             "set template_options.history_changes='restart' (a fresh segment, marked history_rewritten)"
         )
 
-    def _check_contents(self, env: str, new_messages: list[Message]) -> None:
+    def _check_contents(
+        self, env: str, new_messages: list[Message], before: list[Message], tools: list[dict[str, Any]] | None
+    ) -> None:
         """Every new message's content must be in its rendered text: a template that leaves one
         out would hide it from the model and from the trained sequence. Assistant messages are not
-        checked (templates legitimately cut their reasoning out of the content)."""
-        for message in new_messages:
+        checked (templates legitimately cut their reasoning out of the content).
+
+        Finding the content in ``env`` settles it when the content is long and spelled nowhere in
+        the template or the tools; a short one ("a", "2") or one the template could write itself
+        ("assistant", a tool's description) may be found in the template's own text, so then the
+        conversation (``before`` + the new messages) is rendered once more with that content
+        replaced by a probe, which must appear (one extra render, only for such contents)."""
+        for index, message in enumerate(new_messages):
             if message["role"] == "assistant":
                 continue
             content = (message.get("content") or "").strip()
-            if not content or content in env or json.dumps(content, ensure_ascii=False)[1:-1] in env:
+            if not content:
                 continue
+            if content in env or json.dumps(content, ensure_ascii=False)[1:-1] in env:
+                if not self._ambiguous(content, tools) or self._probe_rendered(before, new_messages, index, tools):
+                    continue
             role = message["role"]
             hint = " or template_options.tool_role='user'" if role == "tool" else ""
             raise EpisodeInputError(
@@ -326,6 +339,22 @@ class ChatRenderer:
                 f"({content[:60]!r}): the model would never see it; use a template that renders {role} "
                 f"messages{hint}"
             )
+
+    def _ambiguous(self, content: str, tools: list[dict[str, Any]] | None) -> bool:
+        """Whether finding ``content`` in a render may be the template's own text, not the content."""
+        if len(content) < _SURE_LENGTH or content in self.template:
+            return True
+        return bool(tools) and content in json.dumps(tools, ensure_ascii=False)
+
+    def _probe_rendered(
+        self, before: list[Message], new_messages: list[Message], index: int, tools: list[dict[str, Any]] | None
+    ) -> bool:
+        """Whether the template renders new message ``index``'s content: rendered with the content
+        replaced by a probe text, the probe must be there."""
+        probed = list(new_messages)
+        probe = _CONTENT_PROBE
+        probed[index] = {**probed[index], "content": probe}
+        return probe in self.render([*before, *probed], tools, generation_prompt=True)
 
     def _check_calls(self, history: list[Message], tools: list[dict[str, Any]] | None, past: str) -> None:
         """A template that renders the assistant's tool calls must render all of them: one that

@@ -116,7 +116,9 @@ FAMILIES: dict[str, TemplateOptions] = {
             tool_call_id="alnum9",
             history_changes="restart",
             limits="the template moves the tools block and the system text to the last user message, so a "
-            "user follow-up restarts the segment (history_rewritten)",
+            "user follow-up restarts the segment (history_rewritten); it renders the system text only while a "
+            "user message is last, so after a tool turn the restart's fresh render has no system message and "
+            "the episode is refused (use mistral-v11's template, or no system message)",
         ),
         TemplateOptions(
             family="mistral-v11",

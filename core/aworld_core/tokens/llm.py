@@ -25,7 +25,7 @@ from aworld_core.schemas import Message, SamplingParams, TokenData, TrainingView
 from aworld_core.tokens.chat_template import ChatRenderer
 from aworld_core.tokens.engine import ABORT, LENGTH, STOP_TOKEN_IDS, TokenEngine, TokenOutput
 from aworld_core.tokens.families import TemplateOptions, resolve_options
-from aworld_core.tokens.messages import extends, normalize_messages
+from aworld_core.tokens.messages import INVALID_CALL, extends, normalize_messages
 from aworld_core.tokens.parsers import ParsedText, ToolParser, get_tool_parser, split_reasoning
 from aworld_core.tokens.session import TokenSession
 
@@ -303,7 +303,10 @@ class TokenLLM:
             started,
             truncated=truncated,
         )
-        session.history = [*msgs, *normalize_messages([response.message()])]
+        # the recorded turns stay as recorded (a client's echo may leave out the calls that failed to
+        # parse; the template still renders them, so their results keep their calls)
+        kept = session.history if restart_prompt is None and extends(session.history, msgs) else []
+        session.history = [*kept, *msgs[len(kept) :], _recorded(response)]
         session.last_request = msgs
         session.last_response = response
         self._store(session)
@@ -459,6 +462,15 @@ class TokenLLM:
         if reasoning is not None or not self.parse_reasoning:
             parsed.reasoning = reasoning  # else: what the parser found (harmony's analysis channel)
         return parsed
+
+
+def _recorded(response: LLMResponse) -> Message:
+    """The assistant message a session records, its unparsed calls marked."""
+    message = normalize_messages([response.message()])[0]
+    for call, parsed in zip(message.get("tool_calls") or [], response.tool_calls, strict=True):
+        if parsed.error is not None:
+            call[INVALID_CALL] = True
+    return message
 
 
 def _build_parser(spec: str | ToolParser, id_format: str | None) -> ToolParser:
