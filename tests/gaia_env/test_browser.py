@@ -383,3 +383,18 @@ async def test_webrtc_is_off_and_open_refuses_script_urls(benv, site):
         tcp.close()
     assert arrived == []
     assert "page has no WebRTC, iframe has no WebRTC" in text_of(done)
+
+
+async def test_audit_opt_out_runs_chromium_unisolated_and_says_so(site, caplog):
+    """SANDBOX_ISOLATION=audit (the sandbox's explicit opt-out for trusted local use) is the only way to
+    the old launch, and it is logged as a warning."""
+    with caplog.at_level("WARNING", logger="aworld_gaia_env.browser"), in_process_env(
+        servers="browser", allowed_hosts=f"127.0.0.1:{site.port}", sandbox_isolation="audit"
+    ) as env:
+        async with connect(env, episode="ep-audit") as client:
+            opened = await client.call_tool("browser__open", {"url": site.base + "/"})
+            assert not opened.is_error, text_of(opened)
+            browsers = [pid for pid in _chromium_pids() if b"--type=" not in open(f"/proc/{pid}/cmdline", "rb").read()]
+            # the module's isolated Chromium may be running too: this one is in the server's mount namespace
+            assert any(os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt") for pid in browsers)
+    assert any("WITHOUT bubblewrap" in record.getMessage() for record in caplog.records)

@@ -9,7 +9,8 @@ reaches Chromium: a workspace file is opened as ``http://workspace.invalid/<path
 the route handler from the race-free workspace reader, anything else is refused. WebRTC is off in
 every page (its STUN/TURN connections would not pass the route handler), ``browser__open`` takes no
 ``data:``/``javascript:``/``blob:`` URL, and Chromium runs with a scrubbed environment (no API keys)
-and a private HOME. Downloads are copied into the workspace through its writer (size-capped by
+and a private HOME, as its own unprivileged uid inside bubblewrap with its own sandbox on
+(:mod:`aworld_gaia_env.browser_launch`). Downloads are copied into the workspace through its writer (size-capped by
 ``DOWNLOAD_MAX_BYTES``).
 
 Limits per episode: pages loaded (``BROWSER_MAX_PAGES``), open tabs (``BROWSER_MAX_TABS``), time of
@@ -239,6 +240,8 @@ class BrowserPool:
                 problem = missing_isolation()
                 if problem is not None:
                     raise problem
+                if self._isolation is not None:  # a Chromium that died: its directories go with it
+                    self._isolation.cleanup()
                 self._isolation = IsolatedChromium.prepare(browser_uid(self.settings.sandbox_uid_base))
                 env = {**chromium_env(self._isolation.home), "TMPDIR": "/tmp", **self._isolation.env(executable)}
                 launch: dict[str, Any] = {
@@ -267,8 +270,11 @@ class BrowserPool:
                 if self._isolation is not None:
                     self._isolation.cleanup()
                     self._isolation = None
-                where = " in bubblewrap" if isolated else ""
-                raise ToolError(f"Chromium did not start{where}: {_short(exc)}") from None
+                where, hint = " in bubblewrap" if isolated else "", ""
+                if isolated and "sandbox" in str(exc).lower():
+                    hint = ("; Chromium's own sandbox needs user namespaces inside bubblewrap's "
+                            "(user.max_user_namespaces > 0, no AppArmor/seccomp rule refusing them; see deploy/README.md)")
+                raise ToolError(f"Chromium did not start{where}: {_short(exc)}{hint}") from None
             how = "unisolated"
             if self._isolation is not None:
                 uid = os.getuid() if self._isolation.uid is None else self._isolation.uid
