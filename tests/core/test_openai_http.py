@@ -81,8 +81,11 @@ async def test_invalid_tool_call_arguments_keep_an_error(stub):
     assert as_list.error and "JSON object" in as_list.error
     assert no_name.error and "no function name" in no_name.error
     assert good.error is None
-    # the assistant message carries only the calls that can be answered by executing them
-    assert [c["id"] for c in response.message()["tool_calls"]] == ["good"]
+    # the assistant message carries every call (the runtime answers each, a failed one with an
+    # error), failed ones with "{}" arguments so servers and templates can parse them
+    calls = response.message()["tool_calls"]
+    assert [c["id"] for c in calls] == ["bad", "list", "noname", "good"]
+    assert [c["function"]["arguments"] for c in calls[:3]] == ["{}", "{}", "{}"]
 
 
 def test_parse_tool_call_accepts_object_arguments():
