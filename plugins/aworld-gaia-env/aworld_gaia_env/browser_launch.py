@@ -40,7 +40,8 @@ ETC_READ = (
 )
 """What Chromium reads of ``/etc``: fonts, certificates, its own defaults, name resolution, the loader."""
 
-OTHER_READ = ("/var/cache/fontconfig", "/usr/share/fonts", "/usr/local/share/fonts")
+OTHER_READ = ("/var/cache/fontconfig",)
+"""Read outside ``/usr`` and ``/etc`` (fontconfig's cache: without it every start rescans the fonts)."""
 
 
 def browser_uid(uid_base: int) -> int | None:
@@ -119,7 +120,7 @@ class IsolatedChromium:
             if os.path.lexists(f"/etc/{name}"):
                 argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         for path in OTHER_READ:
-            if os.path.isdir(path) and not path.startswith("/usr/"):
+            if os.path.isdir(path):
                 argv += ["--ro-bind-try", path, path]
         argv += [
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp",
