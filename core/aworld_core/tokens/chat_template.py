@@ -321,40 +321,43 @@ class ChatRenderer:
         Finding the content in ``env`` settles it when the content is long and spelled nowhere in
         the template or the tools; a short one ("a", "2") or one the template could write itself
         ("assistant", a tool's description) may be found in the template's own text, so then the
-        conversation (``before`` + the new messages) is rendered once more with that content
-        replaced by a probe, which must appear (one extra render, only for such contents)."""
+        conversation (``before`` + the new messages) is rendered once more with each such content
+        replaced by its own probe text, which must appear (one extra render for all of them)."""
+        doubtful: list[int] = []
         for index, message in enumerate(new_messages):
             if message["role"] == "assistant":
                 continue
             content = (message.get("content") or "").strip()
             if not content:
                 continue
-            if content in env or json.dumps(content, ensure_ascii=False)[1:-1] in env:
-                if not self._ambiguous(content, tools) or self._probe_rendered(before, new_messages, index, tools):
-                    continue
-            role = message["role"]
-            hint = " or template_options.tool_role='user'" if role == "tool" else ""
-            raise EpisodeInputError(
-                f"{self.template_name} leaves out the content of a new {role!r} message "
-                f"({content[:60]!r}): the model would never see it; use a template that renders {role} "
-                f"messages{hint}"
-            )
+            if content not in env and json.dumps(content, ensure_ascii=False)[1:-1] not in env:
+                raise self._left_out(message)
+            if self._ambiguous(content, tools):
+                doubtful.append(index)
+        if doubtful:
+            probed = list(new_messages)
+            for index in doubtful:
+                probed[index] = {**probed[index], "content": _content_probe(index)}
+            text = self.render([*before, *probed], tools, generation_prompt=True)
+            for index in doubtful:
+                if _content_probe(index) not in text:
+                    raise self._left_out(new_messages[index])
+
+    def _left_out(self, message: Message) -> EpisodeInputError:
+        role = message["role"]
+        content = (message.get("content") or "").strip()
+        hint = " or template_options.tool_role='user'" if role == "tool" else ""
+        return EpisodeInputError(
+            f"{self.template_name} leaves out the content of a new {role!r} message "
+            f"({content[:60]!r}): the model would never see it; use a template that renders {role} "
+            f"messages{hint}"
+        )
 
     def _ambiguous(self, content: str, tools: list[dict[str, Any]] | None) -> bool:
         """Whether finding ``content`` in a render may be the template's own text, not the content."""
         if len(content) < _SURE_LENGTH or content in self.template:
             return True
         return bool(tools) and content in json.dumps(tools, ensure_ascii=False)
-
-    def _probe_rendered(
-        self, before: list[Message], new_messages: list[Message], index: int, tools: list[dict[str, Any]] | None
-    ) -> bool:
-        """Whether the template renders new message ``index``'s content: rendered with the content
-        replaced by a probe text, the probe must be there."""
-        probed = list(new_messages)
-        probe = _CONTENT_PROBE
-        probed[index] = {**probed[index], "content": probe}
-        return probe in self.render([*before, *probed], tools, generation_prompt=True)
 
     def _check_calls(self, history: list[Message], tools: list[dict[str, Any]] | None, past: str) -> None:
         """A template that renders the assistant's tool calls must render all of them: one that
@@ -427,6 +430,11 @@ class ChatRenderer:
             "cannot tell which token ends an assistant turn in this chat template; pass end_of_turn= "
             "(e.g. '<|im_end|>' or '<|eot_id|>') or a family"
         )
+
+
+def _content_probe(index: int) -> str:
+    """The probe text standing in for new message ``index``'s content (none is a part of another)."""
+    return f"{_CONTENT_PROBE}{index}X"
 
 
 def _probed(messages: list[Message], index: int) -> list[Message]:

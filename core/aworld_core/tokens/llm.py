@@ -234,6 +234,7 @@ class TokenLLM:
         restart_prompt: list[int] | None = None
         rendered: str | None = None  # the render the next sampled turn follows
         template_rewrote = False
+        continued = False  # msgs extends the recorded history
         if session is None:
             rendered, prompt = self.renderer.prompt(msgs, tools)
             self._check_prompt(prompt, session_id)
@@ -243,6 +244,7 @@ class TokenLLM:
         elif session.last_request is not None and session.last_request == msgs and session.last_response:
             return session.last_response  # the client retried the same request
         elif extends(session.history, msgs):
+            continued = True
             k = len(session.history)
             delta = self.renderer.delta(
                 session.history,
@@ -305,7 +307,7 @@ class TokenLLM:
         )
         # the recorded turns stay as recorded (a client's echo may leave out the calls that failed to
         # parse; the template still renders them, so their results keep their calls)
-        kept = session.history if restart_prompt is None and extends(session.history, msgs) else []
+        kept = session.history if continued and restart_prompt is None else []
         session.history = [*kept, *msgs[len(kept) :], _recorded(response)]
         session.last_request = msgs
         session.last_response = response
