@@ -1,7 +1,10 @@
 """What the token-exact path costs on top of the model: per-turn CPU of TokenLLM, per-request
 overhead of the OpenAI-compatible gateway, and what HFTokenEngine's batching buys.
 
-    .venv/bin/python benchmarks/token_path_overhead.py [--episodes 32] [--turns 20]
+    .venv/bin/python benchmarks/token_path_overhead.py [--episodes 32] [--turns 20] [--result TEXT] [--direct-only]
+
+``--result 2`` makes every tool result short: the dropped-message check then pays one probe render
+per turn (a long result is settled by finding it in the env text).
 
 Uses the tiny test model and tokenizer built on the spot (``aworld_core.testing``) and a
 scripted engine, so the figures are the path's own cost, not a model's. Figures only; nothing
@@ -46,7 +49,7 @@ def ms(values: list[float]) -> str:
     return f"p50 {statistics.median(values) * 1e3:7.3f} ms   p99 {p99 * 1e3:7.3f} ms"
 
 
-async def direct(tok, episodes: int, turns: int) -> None:
+async def direct(tok, episodes: int, turns: int, result: str = RESULT) -> None:
     ids = tok.encode(assistant_turn_text(tok, load_template("qwen2_5"), CALL, TOOLS), add_special_tokens=False)
     llm = TokenLLM(ScriptedTokenEngine(lambda p, s, r: ids), tok, chat_template=load_template("qwen2_5"))
     by_turn: dict[int, list[float]] = {}
@@ -57,7 +60,7 @@ async def direct(tok, episodes: int, turns: int) -> None:
             response = await llm.chat(messages, TOOLS, session_id=f"ep{e}")
             by_turn.setdefault(t, []).append(time.perf_counter() - start)
             call = response.tool_calls[0]
-            messages += [response.message(), {"role": "tool", "tool_call_id": call.id, "content": RESULT}]
+            messages += [response.message(), {"role": "tool", "tool_call_id": call.id, "content": result}]
         view = llm.finish_session(f"ep{e}")
     print(f"TokenLLM.chat, scripted engine ({episodes} episodes, final sequence {len(view.prompt_ids) + len(view.response_ids)} tokens):")
     for t in sorted({0, 1, turns // 2, turns - 1}):
@@ -111,10 +114,14 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=32)
     parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--result", default=RESULT, help="the tool result of every turn (default: 208 characters)")
+    parser.add_argument("--direct-only", action="store_true", help="only the TokenLLM.chat figures")
     args = parser.parse_args()
     directory = get_tiny_model_dir()
     tok, model = load_tiny_tokenizer(directory), load_tiny_model(directory)
-    await direct(tok, args.episodes, args.turns)
+    await direct(tok, args.episodes, args.turns, args.result)
+    if args.direct_only:
+        return
     await gateway(tok, args.episodes, args.turns)
     await batching(tok, model)
 
