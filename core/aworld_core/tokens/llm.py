@@ -25,7 +25,7 @@ from aworld_core.schemas import Message, SamplingParams, TokenData, TrainingView
 from aworld_core.tokens.chat_template import ChatRenderer
 from aworld_core.tokens.engine import ABORT, LENGTH, STOP_TOKEN_IDS, TokenEngine, TokenOutput
 from aworld_core.tokens.families import TemplateOptions, resolve_options
-from aworld_core.tokens.messages import INVALID_CALL, extends, normalize_messages
+from aworld_core.tokens.messages import extends, normalize_messages
 from aworld_core.tokens.parsers import ParsedText, ToolParser, get_tool_parser, split_reasoning
 from aworld_core.tokens.session import TokenSession
 
@@ -180,7 +180,7 @@ class TokenLLM:
         """Refuse a call for a finished session (caller holds the lock); expired ids are forgotten."""
         now = time.monotonic()
         while self._finished:
-            oldest, at = next(iter(self._finished.items()))
+            _, at = next(iter(self._finished.items()))
             if now - at <= self.finished_ttl_s:
                 break
             self._finished.popitem(last=False)
@@ -243,7 +243,7 @@ class TokenLLM:
             return self._length_response(started)
         elif session.last_request is not None and session.last_request == msgs and session.last_response:
             return session.last_response  # the client retried the same request
-        elif extends(session.history, msgs):
+        elif extends(session.history, msgs, frozenset(session.unparsed_calls)):
             continued = True
             k = len(session.history)
             delta = self.renderer.delta(
@@ -308,7 +308,8 @@ class TokenLLM:
         # the recorded turns stay as recorded (a client's echo may leave out the calls that failed to
         # parse; the template still renders them, so their results keep their calls)
         kept = session.history if continued and restart_prompt is None else []
-        session.history = [*kept, *msgs[len(kept) :], _recorded(response)]
+        session.history = [*kept, *msgs[len(kept) :], *normalize_messages([response.message()])]
+        session.unparsed_calls.update(call.id for call in response.tool_calls if call.error is not None)
         session.last_request = msgs
         session.last_response = response
         self._store(session)
@@ -464,15 +465,6 @@ class TokenLLM:
         if reasoning is not None or not self.parse_reasoning:
             parsed.reasoning = reasoning  # else: what the parser found (harmony's analysis channel)
         return parsed
-
-
-def _recorded(response: LLMResponse) -> Message:
-    """The assistant message a session records, its unparsed calls marked."""
-    message = normalize_messages([response.message()])[0]
-    for call, parsed in zip(message.get("tool_calls") or [], response.tool_calls, strict=True):
-        if parsed.error is not None:
-            call[INVALID_CALL] = True
-    return message
 
 
 def _build_parser(spec: str | ToolParser, id_format: str | None) -> ToolParser:

@@ -16,7 +16,6 @@ from aworld_core.errors import EpisodeInputError
 from aworld_core.schemas import Message
 
 _ROLES = ("system", "user", "assistant", "tool", "developer", "function", "ipython")
-INVALID_CALL = "aworld_invalid"  # marks a recorded call that failed to parse (kept so its result has a call)
 
 
 def content_text(content: Any, *, where: str) -> str | None:
@@ -102,8 +101,9 @@ def _call_key(call: dict[str, Any]) -> tuple[str, str]:
     return fn["name"], args if isinstance(args, str) else json.dumps(args, sort_keys=True)
 
 
-def same_message(recorded: Message, echoed: Message) -> bool:
-    """Whether ``echoed`` (from the client) stands for ``recorded`` (what the session holds)."""
+def same_message(recorded: Message, echoed: Message, unparsed: frozenset[str] = frozenset()) -> bool:
+    """Whether ``echoed`` (from the client) stands for ``recorded`` (what the session holds);
+    ``unparsed``: ids of recorded calls that failed to parse, which the echo may leave out."""
     if recorded["role"] != echoed["role"]:
         return False
     if recorded["role"] == "assistant":
@@ -114,15 +114,16 @@ def same_message(recorded: Message, echoed: Message) -> bool:
         if theirs == [_call_key(c) for c in calls]:
             return True
         # a client may leave out the calls that failed to parse (an OpenAI response cannot carry them)
-        return any(c.get(INVALID_CALL) for c in calls) and theirs == [
-            _call_key(c) for c in calls if not c.get(INVALID_CALL)
+        return any(c.get("id") in unparsed for c in calls) and theirs == [
+            _call_key(c) for c in calls if c.get("id") not in unparsed
         ]
     keys = ("content", "tool_call_id", "name")
     return all(recorded.get(k) == echoed.get(k) for k in keys)
 
 
-def extends(history: list[Message], messages: list[Message]) -> bool:
-    """Whether ``messages`` is ``history`` followed by at least one new message."""
+def extends(history: list[Message], messages: list[Message], unparsed: frozenset[str] = frozenset()) -> bool:
+    """Whether ``messages`` is ``history`` followed by at least one new message (``unparsed``: ids
+    of recorded calls that failed to parse; an OpenAI client cannot echo them)."""
     if len(messages) <= len(history):
         return False
-    return all(same_message(h, m) for h, m in zip(history, messages, strict=False))
+    return all(same_message(h, m, unparsed) for h, m in zip(history, messages, strict=False))

@@ -44,6 +44,8 @@ class TokenSession:
     # the last request and its answer, to answer a client's retry without sampling again
     last_request: list[Message] | None = None
     last_response: LLMResponse | None = None
+    # ids of sampled calls that failed to parse (in the history message; a client's echo may omit them)
+    unparsed_calls: set[str] = field(default_factory=set)
     # the view as it was when the client rewrote history (what stays trainable)
     frozen_view: TrainingView | None = None
 
