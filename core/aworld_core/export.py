@@ -158,16 +158,22 @@ def iter_jsonl(path: str | Path) -> Iterator[Episode]:
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"trajectory file '{path}' not found")
+    for where, data in json_lines(path):
+        yield episode_from_dict(data, where)
+
+
+def json_lines(path: Path) -> Iterator[tuple[str, Any]]:
+    """``(where, value)`` per non-blank line of a JSONL file; a line that is not JSON raises an
+    error naming its number (``where`` is "line N of 'path'", for the caller's own errors)."""
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             where = f"line {number} of '{path}'"
             try:
-                data = json.loads(line)
+                yield where, json.loads(line)
             except ValueError as exc:
                 raise UsageError(f"{where} is not valid JSON ({exc}); was the file truncated?") from None
-            yield episode_from_dict(data, where)
 
 
 def read_jsonl(path: str | Path) -> list[Episode]:

@@ -28,6 +28,7 @@ _EXPORTS = {
     "swift_rows": "aworld_core.trajectories.convert",
     "token_rows": "aworld_core.trajectories.convert",
     "verl_rows": "aworld_core.trajectories.convert",
+    "write_job_sft_data": "aworld_core.trajectories.convert",
     "write_rows": "aworld_core.trajectories.convert",
 }
 

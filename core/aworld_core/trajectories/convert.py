@@ -258,6 +258,27 @@ def write_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     return path
 
 
+def write_job_sft_data(job: Any, output_dir: str | Path, format: str, files: dict[str, str]) -> dict[str, str]:
+    """A job's ``sft:`` episode files (``train``, ``val``) converted to ``format`` and written under
+    ``output_dir`` at ``files[name]``; returns ``{relative path: written path}``.
+
+    What a backend that plans its own SFT trainer (verl, ms-swift) writes before launching it.
+    """
+    from aworld_core.trajectories.read import read_trajectories
+
+    tools = read_tools(job.resolve_path(job.sft.tools)) if job.sft.tools else None
+    written = {}
+    for name, relative in files.items():
+        value = getattr(job.sft, name)
+        if value is None:
+            continue
+        episodes = read_trajectories(job.resolve_path(value)).episodes
+        if not episodes:
+            raise UsageError(f"sft.{name} holds no episodes")
+        written[relative] = str(write_rows(convert(episodes, format, tools=tools), Path(output_dir) / relative))
+    return written
+
+
 def convert(episodes: Sequence[Episode], format: str, *, tokenizer: Any = None,
             tools: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Rows of ``format`` (one of :data:`FORMATS`)."""

@@ -15,7 +15,6 @@ Each line or row is recognised by its own fields, so one call can read a mix of 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from aworld_core.errors import UsageError
-from aworld_core.export import PARQUET_SCHEMA_KEY, episode_from_dict, is_task_result, iter_parquet
+from aworld_core.export import PARQUET_SCHEMA_KEY, episode_from_dict, is_task_result, iter_parquet, json_lines
 from aworld_core.schemas import Episode, TaskResult
 
 SAMPLE_ID = "sample_id"  # metadata key naming the dataset row several episodes came from
@@ -66,30 +65,22 @@ def _from_task_result(data: dict[str, Any], where: str, out: Collection) -> Epis
 
 def _read_jsonl(path: Path, out: Collection) -> int:
     count = 0
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"line {number} of '{path}'"
-            try:
-                data = json.loads(line)
-            except ValueError as exc:
-                raise UsageError(f"{where} is not valid JSON ({exc}); was the file truncated?") from None
-            if not isinstance(data, dict):
-                raise UsageError(f"{where} is a {type(data).__name__}, not an episode or task result object")
-            if is_task_result(data):
-                episode = _from_task_result(data, where, out)
-            elif "steps" in data or "schema_version" in data:
-                episode = episode_from_dict(data, where)
-            else:
-                raise UsageError(
-                    f"{where} is neither an episode (aworld_core.export, evaluation output) nor a task service "
-                    f"result (download_trajectories); its keys are {sorted(data)[:12]}. Is this a dataset or an "
-                    f"already converted training file?"
-                )
-            if episode is not None:
-                out.episodes.append(episode)
-                count += 1
+    for where, data in json_lines(path):
+        if not isinstance(data, dict):
+            raise UsageError(f"{where} is a {type(data).__name__}, not an episode or task result object")
+        if is_task_result(data):
+            episode = _from_task_result(data, where, out)
+        elif "steps" in data or "schema_version" in data:
+            episode = episode_from_dict(data, where)
+        else:
+            raise UsageError(
+                f"{where} is neither an episode (aworld_core.export, evaluation output) nor a task service "
+                f"result (download_trajectories); its keys are {sorted(data)[:12]}. Is this a dataset or an "
+                f"already converted training file?"
+            )
+        if episode is not None:
+            out.episodes.append(episode)
+            count += 1
     return count
 
 

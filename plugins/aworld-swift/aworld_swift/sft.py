@@ -77,19 +77,10 @@ def build_sft_plan(job: Any, output_dir: Path) -> LaunchPlan:
 
 
 def write_sft_datasets(job: Any, output_dir: Path) -> dict[str, str]:
-    from aworld_core.trajectories import read_tools, read_trajectories, swift_rows, write_rows
+    """The sft: episode files as ms-swift agent-format JSONL; returns what was written."""
+    from aworld_core.trajectories import write_job_sft_data
 
-    tools = read_tools(job.resolve_path(job.sft.tools)) if job.sft.tools else None
-    written = {}
-    for name, relative in (("train", TRAIN_FILE), ("val", VAL_FILE)):
-        value = getattr(job.sft, name)
-        if value is None:
-            continue
-        episodes = read_trajectories(job.resolve_path(value)).episodes
-        if not episodes:
-            raise UsageError(f"sft.{name} holds no episodes")
-        written[relative] = str(write_rows(swift_rows(episodes, tools), output_dir / relative))
-    return written
+    return write_job_sft_data(job, output_dir, "swift", {"train": TRAIN_FILE, "val": VAL_FILE})
 
 
 def launch_sft(job: Any, plan: LaunchPlan) -> TrainResult:

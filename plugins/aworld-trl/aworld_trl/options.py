@@ -204,6 +204,18 @@ def free_cpus() -> int:
     return max(1, min(cpus, math.ceil(cpus - load)))
 
 
+def apply_torch_threads(setting: int | Literal["auto"] | None) -> int | None:
+    """Set torch's intra-op threads from ``aworld.torch_threads`` (``auto``: :func:`free_cpus`);
+    returns the number set, or None when the setting is unset (torch's default stays)."""
+    if setting is None:
+        return None
+    import torch
+
+    threads = free_cpus() if setting == "auto" else setting
+    torch.set_num_threads(threads)
+    return threads
+
+
 def _has_gpu() -> bool:
     import torch
 

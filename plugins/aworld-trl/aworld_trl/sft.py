@@ -192,6 +192,7 @@ class SftRun(TrlRun):
         datasets.disable_progress_bars()  # TRL's dataset preparation bars would bury ours
         from aworld_core.datasets import load_dataset_section
         from aworld_core.runtime.loop_thread import LoopThread
+        from aworld_trl.options import apply_torch_threads
 
         self.output_dir.mkdir(parents=True, exist_ok=True)
         check_sft_section(self.job)
@@ -199,13 +200,8 @@ class SftRun(TrlRun):
         form = choose_form(self.job.sft.format, train_episodes + val_episodes)
         args, options = sft_config(self.job, self.output_dir, form, bool(val_episodes))
         self.options = options
-        if options.torch_threads is not None:
-            import torch
-
-            from aworld_trl.options import free_cpus
-
-            threads = free_cpus() if options.torch_threads == "auto" else options.torch_threads
-            torch.set_num_threads(threads)
+        threads = apply_torch_threads(options.torch_threads)
+        if threads is not None:
             self.metrics["torch_threads"] = threads
         model, tokenizer = self._load_model()
         if self.job.model.chat_template:

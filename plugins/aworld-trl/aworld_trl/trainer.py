@@ -109,20 +109,15 @@ class TrlRun:
         from aworld_core.runtime.loop_thread import LoopThread
         from aworld_core.tokens.hf_engine import HFTokenEngine
         from aworld_core.worker import EpisodeRunner, FailedSteps, build_agent, build_token_llm
-        from aworld_trl.options import grpo_config
+        from aworld_trl.options import apply_torch_threads, grpo_config
         from aworld_trl.rollout import AworldRollout, trl_sampling
 
         self._check_job()
         self.output_dir.mkdir(parents=True, exist_ok=True)
         args, options = grpo_config(self.job, self.output_dir)
         self.options = options
-        if options.torch_threads is not None:
-            import torch
-
-            from aworld_trl.options import free_cpus
-
-            threads = free_cpus() if options.torch_threads == "auto" else options.torch_threads
-            torch.set_num_threads(threads)
+        threads = apply_torch_threads(options.torch_threads)
+        if threads is not None:
             self.metrics["torch_threads"] = threads
         train_samples, test_samples = self._samples()
         agent = build_agent(self.job)

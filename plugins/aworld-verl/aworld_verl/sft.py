@@ -85,22 +85,14 @@ def build_sft_plan(job: Any, output_dir: Path) -> LaunchPlan:
 
 
 def write_sft_datasets(job: Any, output_dir: Path) -> dict[str, str]:
-    """The sft: episode files as verl multi-turn SFT parquet; returns what was written."""
-    from aworld_core.trajectories import read_tools, read_trajectories, verl_rows, write_rows
+    """The sft: episode files as verl multi-turn SFT parquet; returns what was written.
 
-    tools = read_tools(job.resolve_path(job.sft.tools)) if job.sft.tools else None
-    written = {}
-    for name, relative in (("train", TRAIN_PARQUET), ("val", VAL_PARQUET)):
-        value = getattr(job.sft, name)
-        if value is None:
-            continue
-        episodes = read_trajectories(job.resolve_path(value)).episodes
-        if not episodes:
-            raise UsageError(f"sft.{name} holds no episodes")
-        # tool-call arguments stay dicts (chat templates render them with tojson); arrow stores them
-        # as one struct per file, so a key another tool uses reads back as null in this one
-        written[relative] = str(write_rows(verl_rows(episodes, tools), output_dir / relative))
-    return written
+    Tool-call arguments stay dicts (chat templates render them with tojson); arrow stores them as
+    one struct per file, so a key another tool uses reads back as null in this one.
+    """
+    from aworld_core.trajectories import write_job_sft_data
+
+    return write_job_sft_data(job, output_dir, "verl", {"train": TRAIN_PARQUET, "val": VAL_PARQUET})
 
 
 def launch_sft(job: Any, plan: LaunchPlan) -> TrainResult:
