@@ -167,6 +167,18 @@ class _Run:
     async def close_tools(self) -> None:
         await gather_settled([t.aclose() for t in self.toolsets])  # a close error is not the episode's outcome
 
+    async def end_tools(self, releases: list[tuple[str, Any]]) -> None:
+        """Close this episode's sessions, then send the servers' release requests (never raises)."""
+        if any(t.needs_closing() for t in self.toolsets):
+            await self.close_tools()
+        if releases:
+            from aworld_core.tools.mcp_release import release_episode
+
+            try:
+                await release_episode(releases, self.episode.id, self.episode.task_id)
+            except Exception:  # a release is best-effort: never the episode's outcome
+                logger.exception("releasing episode %s on its MCP servers failed", self.episode.id)
+
     def _agent_tool(self, member: Agent, lead: Agent) -> Any:
         async def run(arguments: dict[str, Any]) -> ToolOutcome:
             task = arguments.get("task")
@@ -266,10 +278,11 @@ class _Run:
         except _EpisodeEnded as ended:
             return ended.result
         finally:
-            # sessions are closed even when the episode is cancelled while closing them; nothing
-            # to close (shared sessions only) costs no task
-            if any(t.needs_closing() for t in self.toolsets):
-                closing = asyncio.ensure_future(self.close_tools())
+            # sessions are closed and servers told the episode ended (mcp_release) even when the
+            # episode is cancelled meanwhile; nothing to do (shared sessions, no release) costs no task
+            releases = [(n, c) for a in self.agents for n, c in a.servers.items() if c.release is not None]
+            if releases or any(t.needs_closing() for t in self.toolsets):
+                closing = asyncio.ensure_future(self.end_tools(releases))
                 try:
                     await asyncio.shield(closing)
                 except asyncio.CancelledError:

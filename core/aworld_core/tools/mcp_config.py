@@ -22,6 +22,9 @@ reused by later episodes (``mcp_tool_cache.ToolListCache``). ``session`` (``auto
 (``mcp_shared``): ``auto`` shares when the server speaks the stateless 2026 protocol.
 ``direct_calls`` (default true): on such a shared session a ``tools/call`` is sent as one POST by
 ``mcp_direct`` (the SDK's own wire, a third of its CPU); false sends every call through the SDK.
+``release`` (``"METHOD URL"``, e.g. ``"DELETE {base}/workspaces/{episode_id}"``; default none) is
+the request that tells the server an episode ended, sent once per episode whatever its outcome and
+bounded by ``release_timeout`` (seconds, default 5): ``mcp_release``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from aworld_core.errors import ConfigError, UsageError
 from aworld_core.secrets import is_env_ref, resolve_env_ref
 
 DEFAULT_ENV_SERVER_NAME = "aworld-mcp"
+# the GAIA environment frees an episode's workspace and browser context on this request
+GAIA_ENV_RELEASE = "DELETE {base}/workspaces/{episode_id}"
 
 _TYPE_ALIASES = {
     "streamable-http": "streamable-http",
@@ -81,6 +86,14 @@ class MCPServerConfig(BaseModel):
             "(mcp_direct: the SDK's request, a third of its CPU); false sends every call through the SDK."
         ),
     )
+    release: str | None = Field(
+        default=None,
+        description=(
+            "The request ('METHOD URL', placeholders {url}, {base}, {episode_id}, {task_id}) that frees "
+            "what the server keeps for an episode, sent once when the episode ends (mcp_release)."
+        ),
+    )
+    release_timeout: float = Field(default=5.0, gt=0, description="Seconds the release request may take.")
     command: str | None = None
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] | None = Field(default=None, repr=False)  # may hold keys
@@ -133,6 +146,15 @@ class MCPServerConfig(BaseModel):
                 raise ValueError(f"a '{self.type}' server needs 'url'")
             if not self.url.startswith(("http://", "https://")):
                 raise ValueError(f"'url' must be an http(s) URL, got {self.url!r}")
+        if self.release is not None:
+            from aworld_core.tools.mcp_release import parse_release, release_request
+
+            if self.type == "stdio":
+                raise ValueError("'release' is an HTTP request: only a streamable-http or sse server may have one")
+            parse_release(self.release)
+            _, url = release_request(self, "ep", "task")
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"'release' must give an http(s) URL, got {url!r} from {self.release!r}")
         return self
 
 
@@ -173,8 +195,7 @@ def parse_mcp_config(config: dict[str, Any] | MCPConfig, *, env_refs: bool = Tru
             if loc and loc[0] in ("mcpServers", "mcp_servers"):
                 loc[0] = "mcpServers"
             where = "mcp_config." + ".".join(loc)
-            expected = "no such key (known: type, url, headers, timeout, sse_read_timeout, " \
-                "client_session_timeout_seconds, tools_cache_ttl, session, direct_calls, command, args, env, cwd, description)" \
+            expected = f"no such key (known: {', '.join(MCPServerConfig.model_fields)})" \
                 if err["type"] == "extra_forbidden" else err["msg"]
             problems.append((where, err.get("input"), expected))
             lines.append(f"  {where}: {expected}")
@@ -204,6 +225,7 @@ def get_agent_tool_env_and_servers(
     *,
     name: str = DEFAULT_ENV_SERVER_NAME,
     timeout: float = 600.0,
+    release_workspace: bool = True,
 ) -> tuple[dict[str, Any], list[str]]:
     """The seed's helper: an ``mcp_config`` for the GAIA tool environment and the server names.
 
@@ -211,6 +233,9 @@ def get_agent_tool_env_and_servers(
     ``MCP_SERVERS`` settings. The token goes in ``Authorization: Bearer``; ``servers`` (the
     environment's tool servers, e.g. ``readweb-server,wiki``) goes in the ``MCP_SERVERS`` header
     as a comma list, which the environment uses to pick the tools it offers.
+    ``release_workspace`` (default true) adds ``release`` (``GAIA_ENV_RELEASE``): each episode's
+    workspace and browser context are freed when the episode ends, not after the environment's
+    idle timeout; false for a server without the GAIA environment's ``/workspaces`` route.
     """
     from aworld_core.settings import get_settings
 
@@ -241,6 +266,7 @@ def get_agent_tool_env_and_servers(
                 "timeout": timeout,
                 "sse_read_timeout": timeout,
                 "client_session_timeout_seconds": timeout,
+                **({"release": GAIA_ENV_RELEASE} if release_workspace else {}),
             }
         }
     }
