@@ -207,6 +207,10 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
     if job.base_dir:  # ms-swift's processes import the job's module:function references
         parts = [job.base_dir, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+    if _colocated_cpu_vllm(args) and "VLLM_PLUGINS" not in os.environ:
+        # ms-swift's own vLLM plugin (register_uembed_model) imports vLLM's Qwen3.5-VL model, which needs
+        # torchvision; vLLM's CPU build runs without it (only CUDA torchvision wheels exist)
+        env["VLLM_PLUGINS"] = "none"
     config: dict[str, Any] = {"swift_args": args}
     if args.get("vllm_mode") == "server":
         server = rollout_args(job, args)
@@ -240,6 +244,13 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
         config=config,
         notes=notes,
     )
+
+
+def _colocated_cpu_vllm(args: dict[str, Any]) -> bool:
+    """ms-swift samples with a colocated vLLM engine and the environment holds vLLM's CPU build."""
+    from aworld_swift.vllm_cpu_sync import cpu_build_installed
+
+    return args.get("use_vllm") is True and args.get("vllm_mode", "colocate") == "colocate" and cpu_build_installed()
 
 
 def server_line(command: list[str], env: dict[str, str]) -> str:

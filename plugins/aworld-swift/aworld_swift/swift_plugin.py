@@ -9,6 +9,9 @@ starts; importing it registers, in ms-swift's own registries:
   plugins register (``--reward_funcs aworld`` or e.g. ``aworld_gsm8k aworld_format``);
 * ``callbacks_map['aworld']``: :class:`aworld_swift.callback.AworldCallback` (``--callbacks aworld``).
 
+Where vLLM's CPU build is installed it also wraps ms-swift's colocate weight sync
+(:mod:`aworld_swift.vllm_cpu_sync`), which otherwise fails on that backend.
+
 The job itself is read lazily (``AWORLD_SWIFT_JOB``), when ms-swift first builds one of them.
 """
 
@@ -21,6 +24,7 @@ from swift.rollout.multi_turn import multi_turns
 from aworld_swift.callback import AworldCallback
 from aworld_swift.rewards import reward_classes
 from aworld_swift.scheduler import AworldScheduler
+from aworld_swift.vllm_cpu_sync import install as install_vllm_cpu_sync
 
 
 def _registered_reward_names() -> list[str]:
@@ -32,3 +36,4 @@ def _registered_reward_names() -> list[str]:
 multi_turns["aworld"] = AworldScheduler
 orms.update(reward_classes(_registered_reward_names()))
 callbacks_map["aworld"] = AworldCallback
+install_vllm_cpu_sync()

