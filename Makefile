@@ -23,7 +23,7 @@ CORE_PKGS := -e 'core[hf,data,postgres]' -e plugins/aworld-trl -e 'plugins/aworl
 # test suites that run in the core environment
 CORE_TESTS := tests/core tests/trl tests/gaia_env tests/service
 
-.PHONY: help venv envs test test-core test-wheels test-verl test-areal test-swift test-vllm lint demo postgres sysdeps clean
+.PHONY: help venv envs test test-core test-wheels test-verl test-areal test-swift test-swift-vllm test-vllm lint demo postgres sysdeps clean
 
 help:
 	@echo "make demo   - set up .venv and run the main job: an agent with a calculator tool learns by GRPO on the CPU"
@@ -94,6 +94,20 @@ $(STAMPS)/vllm: core/pyproject.toml plugins/aworld-trl/pyproject.toml examples/c
 	$(VENVS)/vllm/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
+# ms-swift beside vLLM's CPU build (both want transformers 5.19): GRPO with ms-swift's own colocated
+# vLLM engine (tests/swift_vllm); the same order as .stamps/swift, then vLLM and its vision wheels out
+$(STAMPS)/swift-vllm: core/pyproject.toml plugins/aworld-swift/pyproject.toml plugins/aworld-swift/test-env.txt
+	@mkdir -p $(STAMPS)
+	test -x $(VENVS)/swift-vllm/bin/python || $(PYTHON) -m venv $(VENVS)/swift-vllm
+	$(VENVS)/swift-vllm/bin/python -m pip install $(QUIET) -U pip
+	$(VENVS)/swift-vllm/bin/python -m pip install $(QUIET) $(TORCH)
+	$(VENVS)/swift-vllm/bin/python -m pip install $(QUIET) -r plugins/aworld-swift/test-env.txt
+	$(VENVS)/swift-vllm/bin/python -m pip install $(QUIET) $(VLLM)
+	$(VENVS)/swift-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VENVS)/swift-vllm/bin/python -m pip install $(QUIET) -e core -e plugins/aworld-swift
+	$(VENVS)/swift-vllm/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $@
+
 # ---------------------------------------------------------------------------------------------
 # tests
 # ---------------------------------------------------------------------------------------------
@@ -128,6 +142,9 @@ test-areal: $(if $(wildcard plugins/aworld-areal/test-env.txt),$(STAMPS)/areal $
 test-swift: $(if $(wildcard plugins/aworld-swift/test-env.txt),$(STAMPS)/swift)
 	@if [ -d tests/swift ] && [ -f plugins/aworld-swift/test-env.txt ]; then $(VENVS)/swift/bin/python -m pytest tests/swift; fi
 
+test-swift-vllm: $(if $(wildcard tests/swift_vllm),$(STAMPS)/swift-vllm)
+	@if [ -d tests/swift_vllm ]; then $(VENVS)/swift-vllm/bin/python -m pytest tests/swift_vllm; fi
+
 # the real vLLM engine (CPU build): token engine, fidelity, aworld-trl rollouts on vLLM
 test-vllm: $(if $(wildcard tests/on_vllm),$(STAMPS)/vllm)
 	@if [ -d tests/on_vllm ]; then $(VENVS)/vllm/bin/python -m pytest tests/on_vllm; fi
@@ -136,7 +153,7 @@ test-vllm: $(if $(wildcard tests/on_vllm),$(STAMPS)/vllm)
 test-wheels: venv
 	PYTHON=$(PYTHON) TORCH=$(TORCH) scripts/test-wheels.sh $(BIN)/python
 
-test: lint test-core test-wheels test-verl test-areal test-swift test-vllm
+test: lint test-core test-wheels test-verl test-areal test-swift test-swift-vllm test-vllm
 	@echo "make test: every suite passed"
 
 # ---------------------------------------------------------------------------------------------
