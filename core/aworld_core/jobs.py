@@ -115,13 +115,17 @@ def job_environment(job: Any) -> Any:
     if job.environment is None:
         return contextlib.nullcontext()
     from aworld_core.environments import running_environment
+    from aworld_core.plugins import get_plugin_manager
     from aworld_core.validation import environment_command
 
+    command = environment_command(job)  # refuses an unknown environment
+    spec = get_plugin_manager().catalog().get("environment", job.environment.name).spec
     return running_environment(
-        environment_command(job),
+        command,
         servers=job.environment.servers,
         startup_timeout_s=job.environment.startup_timeout_s,
         name=job.environment.name,
+        releases_workspaces=spec.releases_workspaces,
     )
 
 

@@ -33,6 +33,11 @@ class AworldSettings(BaseSettings):
     mcp_server_url: str | None = Field(default=None, validation_alias=_alias("MCP_SERVER_URL"))
     mcp_server_token: str | None = Field(default=None, validation_alias=_alias("MCP_SERVER_TOKEN"))
     mcp_servers: str | None = Field(default=None, validation_alias=_alias("MCP_SERVERS"))
+    mcp_server_release: bool = Field(
+        default=False, validation_alias=_alias("MCP_SERVER_RELEASE"),
+        description="The MCP_SERVER_URL environment frees episode workspaces on DELETE /workspaces/<episode> "
+                    "(the GAIA environment): agents built from the job's defaults send it at episode end.",
+    )
 
     llm_base_url: str | None = Field(default=None, validation_alias=_alias("LLM_BASE_URL"))
     llm_model_name: str | None = Field(default=None, validation_alias=_alias("LLM_MODEL_NAME"))

@@ -52,6 +52,9 @@ class EnvironmentSpec:
     description: str
     servers: tuple[str, ...] = ()
     serve_command: tuple[str, ...] = ()
+    #: the server frees an episode's workspace on ``DELETE /workspaces/<episode>`` (the GAIA
+    #: environment's route): agents built for a job running it send that at episode end
+    releases_workspaces: bool = False
 
 
 @dataclass(frozen=True)

@@ -328,6 +328,14 @@ def test_agent_from_job_uses_the_env_from_settings():
     assert agent.servers["aworld-mcp"].headers == {"Authorization": "Bearer t", "MCP_SERVERS": "wiki"}
 
 
+def test_agent_from_job_releases_workspaces_only_when_the_environment_says_so():
+    base = {"MCP_SERVER_URL": "http://127.0.0.1:8000/mcp", "MCP_SERVER_TOKEN": "t"}
+    plain = agent_from_job(_job({"name": "g"}), AworldSettings(**base))
+    assert plain.servers["aworld-mcp"].release is None  # e.g. the demo's calculator: no DELETE per episode
+    gaia = agent_from_job(_job({"name": "g"}), AworldSettings(**base, MCP_SERVER_RELEASE="1"))
+    assert gaia.servers["aworld-mcp"].release == "DELETE {base}/workspaces/{episode_id}"
+
+
 def test_agent_from_job_falls_back_to_llm_settings():
     settings = AworldSettings(LLM_BASE_URL="http://127.0.0.1:2/v1", LLM_MODEL_NAME="qwen")
     agent = agent_from_job(_job({"name": "g"}), settings)

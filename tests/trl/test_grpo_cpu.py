@@ -119,7 +119,8 @@ def test_failed_episodes_train_nothing_and_are_counted(tmp_path, tool_model_dir,
     from aworld_core.tools.mcp_config import get_agent_tool_env_and_servers
     from aworld_trl.trainer import train
 
-    down, _ = get_agent_tool_env_and_servers(f"http://127.0.0.1:{_closed_port()}/mcp", "t", name="calculator")
+    down, _ = get_agent_tool_env_and_servers(f"http://127.0.0.1:{_closed_port()}/mcp", "t", name="calculator",
+                                              release_workspace=False)
     job = _job(tmp_path, tool_model_dir, down, write_samples, rollout={"max_failed_steps": 2},
                aworld={"eval_before": False})
     with pytest.raises(AworldError, match="every episode failed in 2 consecutive") as caught:

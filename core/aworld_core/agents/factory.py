@@ -44,7 +44,8 @@ def agent_from_job(job: Any, settings: Any = None) -> Agent | Swarm:
         from aworld_core.tools.mcp_config import get_agent_tool_env_and_servers
 
         mcp_config, names = get_agent_tool_env_and_servers(
-            settings.mcp_server_url, settings.mcp_server_token, settings.mcp_servers
+            settings.mcp_server_url, settings.mcp_server_token, settings.mcp_servers,
+            release_workspace=bool(getattr(settings, "mcp_server_release", False)),
         )
         mcp_servers = mcp_servers or names
     values = {name: getattr(section, name) for name in AgentConfig.model_fields}  # every AgentConfig field

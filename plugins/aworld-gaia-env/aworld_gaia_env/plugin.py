@@ -13,6 +13,7 @@ def register_environments() -> list[EnvironmentSpec]:
             "gaia",
             "GAIA tools (documents, code, terminal, web, wiki, arxiv, media) on one MCP endpoint",
             serve_command=("python", "-m", "aworld_gaia_env", "serve"),
+            releases_workspaces=True,  # DELETE /workspaces/<episode> frees its workspace and browser
         )
     ]
 
