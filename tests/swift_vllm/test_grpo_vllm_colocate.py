@@ -40,6 +40,25 @@ def test_weight_sync_seam_is_what_the_patch_wraps():
         __import__("inspect").signature(CPUModelRunner.reload_weights).parameters)
 
 
+def test_plan_turns_off_vllm_plugins_for_colocated_vllm_cpu(tmp_path, monkeypatch):
+    """ms-swift's vLLM plugin needs torchvision (no CPU wheel): the plan's environment disables vLLM plugins."""
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    (tmp_path / "train.jsonl").write_text(json.dumps({"id": "a", "question": add_question(1, 2), "answer": "3"}) + "\n")
+    job = {"name": "plan", "backend": "swift", "output_dir": str(tmp_path / "run"), "model": {"path": str(tmp_path)},
+           "agent": {"name": "calc", "system_prompt": SYSTEM_PROMPT}, "train_dataset": {"path": "train.jsonl"},
+           "reward": {"name": REWARD},
+           "backends": {"swift": {"model_type": MODEL_TYPE, "template": TEMPLATE, "use_vllm": True}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    out = io.StringIO()
+    assert main(["--config", str(tmp_path / "job.yaml"), "--dry-run"], out=out) == 0
+    assert "VLLM_PLUGINS=none" in out.getvalue()
+    job["backends"]["swift"]["use_vllm"] = False
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    out = io.StringIO()
+    assert main(["--config", str(tmp_path / "job.yaml"), "--dry-run"], out=out) == 0
+    assert "VLLM_PLUGINS" not in out.getvalue()
+
+
 def _job(tmp_path: Path, model_dir: Path, mcp_config: dict[str, Any]) -> Path:
     rows = [{"id": f"add-{i}", "question": add_question(a, b), "answer": str(a + b)}
             for i, (a, b) in enumerate([(1, 2), (3, 4)])]
