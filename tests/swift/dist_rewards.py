@@ -103,6 +103,9 @@ def main(out: str, policy: str) -> None:
         except AworldError as exc:
             result["down"] = str(exc)
         Path(out).write_text(json.dumps(result))
+        # both ranks leave gloo together: a rank tearing down while its peer still has the pair open
+        # was seen to abort at exit ("terminate called without an active exception", -6)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
