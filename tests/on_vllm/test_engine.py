@@ -136,7 +136,10 @@ def test_weight_updates_abort_resume_and_versions(engine, loop, tool_model_dir, 
     async def run_and_update():
         llm.renderer.eot_id  # noqa: B018 (the renderer is ready)
         tasks = [asyncio.create_task(llm.chat(messages, sampling=long, session_id=f"u{i}")) for i in range(6)]
-        await asyncio.sleep(0.15)
+        for _ in range(600):  # until generations are in flight in vLLM (a fixed sleep raced a loaded machine)
+            if engine.llm is not None and engine.llm.get_num_unfinished_requests() > 0:
+                break
+            await asyncio.sleep(0.05)
         await engine.update_weights_from_dir(perturbed_model_dir)
         return await asyncio.gather(*tasks)
 
