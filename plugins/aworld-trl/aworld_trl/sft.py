@@ -32,7 +32,7 @@ from typing import Any
 
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import TrainResult
-from aworld_trl.trainer import TrlRun, _copy_tokenizer_files, _fmt, _process_age_s
+from aworld_trl.trainer import TrlRun, _fmt, _process_age_s
 
 GRPO_ONLY_OPTIONS = frozenset({"trajectory_every", "rollout_torch_threads"})  # our options SFT has no use for
 GENERATION_MARK = re.compile(r"{%-?\s*generation\s*-?%}")
@@ -230,10 +230,7 @@ class SftRun(TrlRun):
             if loop is not None:
                 loop.close()
         if options.save_checkpoint:
-            checkpoint = self.output_dir / "checkpoint"
-            trainer.save_model(str(checkpoint))
-            _copy_tokenizer_files(self.tokenizer_dir, checkpoint)
-            self.artifacts["checkpoint"] = str(checkpoint)
+            self._save_checkpoint(trainer)
         self._finish_sft(progress.history, before, after)
         return TrainResult(backend="trl", output_dir=str(self.output_dir), metrics=self.metrics,
                            artifacts=self.artifacts)

@@ -170,13 +170,17 @@ class TrlRun:
             if writer is not None:
                 writer.close()
         if options.save_checkpoint:
-            checkpoint = self.output_dir / "checkpoint"
-            trainer.save_model(str(checkpoint))
-            _copy_tokenizer_files(self.tokenizer_dir, checkpoint)
-            self.artifacts["checkpoint"] = str(checkpoint)
+            self._save_checkpoint(trainer)
         self._finish(progress.history, before, after)
         return TrainResult(backend="trl", output_dir=str(self.output_dir), metrics=self.metrics,
                            artifacts=self.artifacts)
+
+    def _save_checkpoint(self, trainer: Any) -> None:
+        """The trained model (or LoRA adapter) and the tokenizer files in ``<output>/checkpoint``."""
+        checkpoint = self.output_dir / "checkpoint"
+        trainer.save_model(str(checkpoint))
+        _copy_tokenizer_files(self.tokenizer_dir, checkpoint)
+        self.artifacts["checkpoint"] = str(checkpoint)
 
     def _vllm_engine(self, args: Any, settings: Any) -> Any:
         """vLLM's async engine on the model directory, colocated with the trainer: on a CPU in
