@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "Sample": "aworld_core.schemas",
     "SamplingParams": "aworld_core.schemas",
     "TrainingView": "aworld_core.schemas",
+    "TrainingSegment": "aworld_core.schemas",
     "LaunchPlan": "aworld_core.schemas",
     "TrainResult": "aworld_core.schemas",
     "LLMClient": "aworld_core.llm.base",

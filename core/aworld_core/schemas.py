@@ -68,6 +68,8 @@ class TokenData(_Model):
     ``prompt_ids`` is the exact prompt the engine saw; ``response_ids`` are the sampled ids as the
     engine returned them (never re-tokenized); ``response_logprobs`` is aligned with them;
     ``versions`` is the policy version per sampled token (-1 when the engine has none).
+    ``segment`` is the position of the episode's training segment the call sampled into
+    (``TrainingView.segments()``): ``prompt_ids`` is a prefix of that segment.
     """
 
     prompt_ids: list[int]
@@ -75,13 +77,28 @@ class TokenData(_Model):
     response_logprobs: list[float] | None = None
     versions: list[int] | None = None
     stop_reason: str | None = None
+    segment: int = 0
 
 
-class TrainingView(_Model):
-    """One episode as a backend trains on it: prompt, then a response of sampled and env tokens.
+# Why a segment of an episode's training data begins where it does.
+SEGMENT_FIRST = "first"  # the episode's first prompt
+SEGMENT_REWRITE = "rewrite"  # the client sent a conversation that does not extend the recorded one
+SEGMENT_TEMPLATE = "template"  # the chat template re-rendered earlier turns (a family with history_changes: restart)
+SEGMENT_COMPACTION = "compaction"  # the agent compacted its context (aworld_core.agents.compaction)
+SEGMENT_STARTS = (SEGMENT_FIRST, SEGMENT_REWRITE, SEGMENT_TEMPLATE, SEGMENT_COMPACTION)
+
+
+class TrainingSegment(_Model):
+    """One token-exact sequence of an episode: a prompt, then a response of sampled and env tokens.
 
     ``response_mask`` is 1 exactly on tokens the policy sampled and 0 on tool/environment tokens;
-    ``response_logprobs`` is 0.0 and ``response_versions`` -1 off sampled tokens.
+    ``response_logprobs`` is 0.0 and ``response_versions`` -1 off sampled tokens. ``prompt_ids``
+    is exactly what the engine saw before the segment's first sampled token, so the segment is
+    trained on its own (one row of a batch), in the context the policy sampled it in.
+
+    ``start`` says why the segment begins (``first``, ``rewrite``, ``template``, ``compaction``);
+    ``reward`` is the segment's own reward when the reward function gave per-segment rewards
+    (``aworld_core.worker.credit``), else ``None``: the segment is credited with the episode's.
     """
 
     prompt_ids: list[int]
@@ -91,7 +108,69 @@ class TrainingView(_Model):
     response_versions: list[int]
     num_turns: int = 0
     truncated: bool = False
+    start: str = SEGMENT_FIRST
+    reward: float | None = None
+
+    @field_validator("start")
+    @classmethod
+    def _known_start(cls, start: str) -> str:
+        if start not in SEGMENT_STARTS:
+            raise ValueError(f"segment start must be one of {list(SEGMENT_STARTS)}, got {start!r}")
+        return start
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(1 for m in self.response_mask if m)
+
+    def segment(self) -> TrainingSegment:
+        """This segment alone (a ``TrainingView``'s own fields, without its later segments)."""
+        return TrainingSegment(**{name: getattr(self, name) for name in TrainingSegment.model_fields})
+
+
+class TrainingView(TrainingSegment):
+    """An episode's training data: an ordered list of token-exact segments (usually one).
+
+    The view's own fields are its **first** segment (the single-sequence view every backend
+    always read); ``later_segments`` holds the segments that follow, each begun when the
+    conversation stopped being a prefix of what the policy had seen (a client that rewrote or
+    summarized its history, an agent that compacted its context, a template that re-rendered
+    earlier turns). ``segments()`` is the whole list, in order. Every segment's sampled tokens
+    train; the credit rule and the loss normalization are ``aworld_core.worker.credit``'s.
+
+    ``history_rewritten`` is true when a later segment exists (kept for readers of the one-segment
+    view, which trained only the first segment).
+    """
+
     history_rewritten: bool = False
+    later_segments: list[TrainingSegment] = Field(default_factory=list)
+
+    def segments(self) -> list[TrainingSegment]:
+        """Every segment of the episode, first to last."""
+        return [self.segment(), *self.later_segments]
+
+    @property
+    def num_segments(self) -> int:
+        return 1 + len(self.later_segments)
+
+    @property
+    def total_sampled_tokens(self) -> int:
+        return self.sampled_tokens + sum(s.sampled_tokens for s in self.later_segments)
+
+    @property
+    def any_truncated(self) -> bool:
+        return self.truncated or any(s.truncated for s in self.later_segments)
+
+    @classmethod
+    def of_segments(cls, segments: list[TrainingSegment]) -> TrainingView:
+        """The view of ``segments`` (at least one), the first inline."""
+        if not segments:
+            raise ValueError("a training view needs at least one segment")
+        first, *later = segments
+        return cls(
+            **first.segment().model_dump(),
+            history_rewritten=bool(later),
+            later_segments=[s.segment() for s in later],
+        )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -21,13 +22,42 @@ from typing import Any
 
 from aworld_core.errors import LLMError, UsageError
 from aworld_core.llm.base import LLMResponse
-from aworld_core.schemas import Message, SamplingParams, TokenData, TrainingView
+from aworld_core.schemas import (
+    SEGMENT_COMPACTION,
+    SEGMENT_REWRITE,
+    SEGMENT_TEMPLATE,
+    Message,
+    SamplingParams,
+    TokenData,
+    TrainingView,
+)
 from aworld_core.tokens.chat_template import ChatRenderer
 from aworld_core.tokens.engine import ABORT, LENGTH, STOP_TOKEN_IDS, TokenEngine, TokenOutput
 from aworld_core.tokens.families import TemplateOptions, resolve_options
-from aworld_core.tokens.messages import extends, normalize_messages
+from aworld_core.tokens.messages import extends, first_difference, normalize_messages
 from aworld_core.tokens.parsers import ParsedText, ToolParser, get_tool_parser, split_reasoning
 from aworld_core.tokens.session import TokenSession
+from aworld_core.tokens.turn import (
+    TurnRequest,
+    check_calls,
+    check_features,
+    current_turn,
+    kept_stop_ids,
+    plan_turn,
+    reset_turn,
+    set_turn,
+)
+from aworld_core.tokens.turn import generate as generate_turn
+
+logger = logging.getLogger(__name__)
+
+
+class SessionBusyError(LLMError):
+    """A call in a session that already has one in flight (a client mistake: the gateway answers 409)."""
+
+
+class SessionFinishedError(LLMError):
+    """A call in a session that was finished (a client mistake: the gateway answers 410)."""
 
 
 def load_tokenizer(path: str | Path) -> Any:
@@ -134,17 +164,27 @@ class TokenLLM:
         sampling: SamplingParams | None = None,
         *,
         session_id: str | None = None,
+        turn: TurnRequest | None = None,
     ) -> LLMResponse:
+        """One turn. ``turn`` carries what an OpenAI client asked beyond the messages (tool choice,
+        one call at most, a streaming sink; ``aworld_core.tokens.turn``); it is honoured or refused."""
+        if turn is not None:
+            token = set_turn(turn)
+            try:
+                return await self.chat(messages, tools, sampling, session_id=session_id)
+            finally:
+                reset_turn(token)
         started = time.perf_counter()
         msgs = normalize_messages(messages)
         sampling = self.default_sampling.merged(sampling)
+        check_features(self.engine, sampling)
         if session_id is None:
             return await self._stateless(msgs, tools, sampling, started)
 
         with self._lock:
             self._check_not_finished(session_id)
             if session_id in self._in_flight:
-                raise LLMError(
+                raise SessionBusyError(
                     f"session {session_id!r} already has a call in flight; an episode must wait for "
                     "each answer before asking again"
                 )
@@ -185,7 +225,7 @@ class TokenLLM:
                 break
             self._finished.popitem(last=False)
         if session_id in self._finished:
-            raise LLMError(
+            raise SessionFinishedError(
                 f"session {session_id!r} was finished (finish_session) and its training view collected; a "
                 "call after that would start a sequence nobody collects. Use a new session_id for a new "
                 "episode, and stop calling the model once the episode ended"
@@ -215,8 +255,10 @@ class TokenLLM:
     async def _stateless(
         self, msgs: list[Message], tools: list[dict[str, Any]] | None, sampling: SamplingParams, started: float
     ) -> LLMResponse:
-        prompt = self.renderer.prompt_ids(msgs, tools)
+        rendered, prompt = self.renderer.prompt(msgs, tools)
         self._check_prompt(prompt, None)
+        forced, sampling = plan_turn(self, rendered, msgs, tools, sampling)
+        prompt = [*prompt, *forced]
         sampling = self._call_sampling(sampling, None)
         out = await self._generate(prompt, sampling, request_id=f"stateless-{time.monotonic_ns()}")
         return self._response(out, prompt, tools, sampling, "call_0_", started, truncated=False)
@@ -232,6 +274,7 @@ class TokenLLM:
     ) -> LLMResponse:
         env: list[int] = []
         restart_prompt: list[int] | None = None
+        restart_start = SEGMENT_REWRITE  # why a restart begins a new segment
         rendered: str | None = None  # the render the next sampled turn follows
         template_rewrote = False
         continued = False  # msgs extends the recorded history
@@ -256,19 +299,28 @@ class TokenLLM:
             if delta.restart:  # the template re-rendered earlier turns and the family restarts then
                 rendered, restart_prompt = self.renderer.prompt(msgs, session.tools)
                 self._check_prompt(restart_prompt, session_id)
+                restart_start = SEGMENT_TEMPLATE
             else:
                 env, rendered, template_rewrote = delta.ids, delta.text, delta.history_changed
         else:
-            # the client sent a conversation that does not continue the recorded one
+            # the client sent a conversation that does not continue the recorded one: a new segment
+            # from a fresh render of what it sent (the closed one stays as the policy saw it)
             rendered, restart_prompt = self.renderer.prompt(msgs, session.tools)
             self._check_prompt(restart_prompt, session_id)
+            if session.compaction_pending:
+                restart_start = SEGMENT_COMPACTION
+
+        # a constrained turn (tool_choice, one call at most): its forced ids are env tokens (mask 0)
+        conversation = [*session.history, *msgs[len(session.history) :]] if continued and restart_prompt is None else msgs
+        forced, sampling = plan_turn(self, rendered, conversation, session.tools, sampling)
+        env = [*env, *forced]
 
         budget = self.max_response_tokens
         base = session.sequence() if restart_prompt is None else restart_prompt
         used = (len(session.response_ids) if restart_prompt is None else 0) + len(env)
         if budget is not None and used >= budget:
             if restart_prompt is not None:
-                session.restart(restart_prompt, msgs, rendered)
+                self._restart(session, restart_prompt, msgs, rendered, restart_start)
             session.append_env(env)
             session.truncate(budget)
             self._store(session)
@@ -289,7 +341,7 @@ class TokenLLM:
                 out.versions()[:keep],
             )
         if restart_prompt is not None:
-            session.restart(restart_prompt, msgs, rendered)
+            self._restart(session, restart_prompt, msgs, rendered, restart_start)
         session.rendered = rendered
         session.template_rewrites += int(template_rewrote)
         session.append_env(env)
@@ -301,9 +353,10 @@ class TokenLLM:
             prompt_ids,
             session.tools,
             call_sampling,
-            _id_prefix(session_id, session.num_turns - 1),
+            _id_prefix(session_id, session.turns - 1),
             started,
             truncated=truncated,
+            segment=session.segment_index,
         )
         # the recorded turns stay as recorded (a client's echo may leave out the calls that failed to
         # parse; the template still renders them, so their results keep their calls)
@@ -314,6 +367,34 @@ class TokenLLM:
         session.last_response = response
         self._store(session)
         return response
+
+    def _restart(
+        self, session: TokenSession, prompt: list[int], msgs: list[Message], rendered: str | None, start: str
+    ) -> None:
+        """Close the session's segment and begin the next at ``prompt``, with a log line saying why."""
+        where = first_difference(session.history, msgs, frozenset(session.unparsed_calls))
+        recorded = len(session.history)
+        closed = session.segment()
+        session.restart(prompt, msgs, rendered, start)
+        session.compaction_pending = False
+        reason = {
+            SEGMENT_TEMPLATE: "the chat template re-rendered earlier turns (history_changes: restart)",
+            SEGMENT_COMPACTION: "the agent compacted its context",
+        }.get(start, "the client's conversation does not extend the recorded one")
+        logger.info(
+            "session %s: %s (first differing message: %d of %d sent, %d recorded); segment %d closed with %d "
+            "sampled tokens over %d turns; segment %d begins from a fresh render (%d prompt tokens)",
+            session.session_id, reason, where, len(msgs), recorded,
+            session.segment_index - 1, closed.sampled_tokens, closed.num_turns, session.segment_index, len(prompt),
+        )
+
+    def note_compaction(self, session_id: str) -> None:
+        """The agent is about to send a compacted conversation in ``session_id``: the segment that
+        restart begins is marked ``compaction`` (else ``rewrite``). Nothing else changes."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+        if session is not None:
+            session.compaction_pending = True
 
     def _store(self, session: TokenSession) -> None:
         with self._lock:
@@ -337,7 +418,7 @@ class TokenLLM:
 
     async def _generate_once(self, prompt_ids: list[int], sampling: SamplingParams, request_id: str) -> TokenOutput:
         try:
-            out = await self.engine.generate(prompt_ids, sampling, request_id=request_id)
+            out = await generate_turn(self.engine, prompt_ids, sampling, request_id)  # streamed to the turn's sink
         except LLMError:
             raise
         except Exception as exc:
@@ -405,8 +486,14 @@ class TokenLLM:
         started: float,
         *,
         truncated: bool,
+        segment: int = 0,
     ) -> LLMResponse:
-        parsed = self.parse(out.token_ids, tools=tools, sampling=sampling, id_prefix=id_prefix)
+        turn = current_turn()
+        forced = turn.forced_ids if turn is not None else []
+        if turn is not None:
+            turn.output = out
+        parsed = self.parse([*forced, *out.token_ids], tools=tools, sampling=sampling, id_prefix=id_prefix)
+        parsed.tool_calls = check_calls(parsed.tool_calls, tools)
         if truncated or out.stop_reason == LENGTH:
             finish = "length"
         elif any(call.error is None for call in parsed.tool_calls):
@@ -430,6 +517,7 @@ class TokenLLM:
                 response_logprobs=None if out.logprobs is None else [float(x) for x in out.logprobs],
                 versions=out.versions(),
                 stop_reason=out.stop_reason,
+                segment=segment,
             ),
             duration_s=time.perf_counter() - started,
         )
@@ -445,6 +533,7 @@ class TokenLLM:
         """What the agent sees of sampled ids: reasoning, content and tool calls (ids untouched)."""
         ids = list(token_ids)
         stops = set((sampling.extra.get(STOP_TOKEN_IDS) if sampling else None) or []) | set(self.renderer.stop_ids)
+        stops -= kept_stop_ids(sampling)  # a call's closing token the turn stopped on is part of the call
         eos = getattr(self.tokenizer, "eos_token_id", None)
         if eos is not None:
             stops.add(eos)

@@ -127,3 +127,12 @@ def extends(history: list[Message], messages: list[Message], unparsed: frozenset
     if len(messages) <= len(history):
         return False
     return all(same_message(h, m, unparsed) for h, m in zip(history, messages, strict=False))
+
+
+def first_difference(history: list[Message], messages: list[Message], unparsed: frozenset[str] = frozenset()) -> int:
+    """The index of the first message of ``messages`` that does not stand for ``history``'s message
+    at that place (``len(messages)`` when all do: the client sent no new message)."""
+    for index, (h, m) in enumerate(zip(history, messages, strict=False)):
+        if not same_message(h, m, unparsed):
+            return index
+    return min(len(history), len(messages))

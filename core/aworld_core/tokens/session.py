@@ -1,9 +1,12 @@
-"""One episode's token sequence: the prompt, then sampled tokens (mask 1) and env tokens (mask 0).
+"""One episode's token sequences: segments of a prompt, then sampled tokens (mask 1) and env
+tokens (mask 0).
 
-The sequence only ever grows by appending what the engine sampled, exactly, or what the chat
-template renders for new messages; nothing already in it is re-rendered or re-tokenized. So the
-prompt of every call is a prefix of the final sequence, and the training view is what the policy
-actually saw and sampled.
+A segment only ever grows by appending what the engine sampled, exactly, or what the chat template
+renders for new messages; nothing already in it is re-rendered or re-tokenized. So the prompt of
+every call is a prefix of its segment, and the training view is what the policy actually saw and
+sampled. When the conversation stops being a prefix of what the policy saw (the client rewrote or
+compacted its history, or the template re-rendered earlier turns), the segment is closed as it is
+and a new one begins from a fresh render of the conversation the client sent (``restart``).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aworld_core.llm.base import LLMResponse
-from aworld_core.schemas import Message, TrainingView
+from aworld_core.schemas import SEGMENT_FIRST, Message, TrainingSegment, TrainingView
 
 ENV_LOGPROB = 0.0
 ENV_VERSION = -1
@@ -32,7 +35,8 @@ class TokenSession:
     response_mask: list[int] = field(default_factory=list)
     response_logprobs: list[float] = field(default_factory=list)
     response_versions: list[int] = field(default_factory=list)
-    num_turns: int = 0
+    num_turns: int = 0  # sampled turns of the open segment
+    turns: int = 0  # sampled turns of the whole episode (tool-call ids are numbered by it)
     truncated: bool = False
     history_rewritten: bool = False
     # turns after which the template rendered earlier turns differently (the sequence kept them)
@@ -46,8 +50,12 @@ class TokenSession:
     last_response: LLMResponse | None = None
     # ids of sampled calls that failed to parse (in the history message; a client's echo may omit them)
     unparsed_calls: set[str] = field(default_factory=set)
-    # the view as it was when the client rewrote history (what stays trainable)
-    frozen_view: TrainingView | None = None
+    # the segments closed by a restart, in order; the open segment is the fields above
+    closed: list[TrainingSegment] = field(default_factory=list)
+    # why the open segment began (schemas.SEGMENT_STARTS)
+    start: str = SEGMENT_FIRST
+    # the agent announced a compaction: the next restart begins a "compaction" segment
+    compaction_pending: bool = False
 
     # -- growth -------------------------------------------------------------------------------
 
@@ -66,6 +74,7 @@ class TokenSession:
         self.response_logprobs.extend(float(x) for x in logprobs)
         self.response_versions.extend(versions)
         self.num_turns += 1
+        self.turns += 1
         if ids:
             self.last_sampled_id = ids[-1]
         else:
@@ -81,26 +90,30 @@ class TokenSession:
         self.truncated = True
         self.exhausted = True
 
-    def restart(self, prompt_ids: list[int], history: list[Message], rendered: str | None = None) -> None:
-        """Begin a new segment after the client (or the template) rewrote history; the old view
-        stays frozen."""
-        if self.frozen_view is None:
-            self.frozen_view = self.view()
+    def restart(self, prompt_ids: list[int], history: list[Message], rendered: str | None, start: str) -> None:
+        """Close the open segment as it is and begin a new one at ``prompt_ids`` (a fresh render of
+        the conversation the client sent); ``start`` says why (``rewrite``, ``template``, ...)."""
+        self.closed.append(self.segment())
         self.history_rewritten = True
+        self.start = start
         self.prompt_ids = prompt_ids
         self.history = history
         self.rendered = rendered
         self.response_ids, self.response_mask = [], []
         self.response_logprobs, self.response_versions = [], []
+        self.num_turns = 0
         self.last_sampled_id = None
+
+    @property
+    def segment_index(self) -> int:
+        """The open segment's position in the episode (0: the first)."""
+        return len(self.closed)
 
     # -- output -------------------------------------------------------------------------------
 
-    def view(self) -> TrainingView:
-        """The trainable view: the segment before any history rewrite, marked when there was one."""
-        if self.frozen_view is not None:
-            return self.frozen_view.model_copy(update={"history_rewritten": True})
-        return TrainingView(
+    def segment(self) -> TrainingSegment:
+        """The open segment as it stands."""
+        return TrainingSegment(
             prompt_ids=list(self.prompt_ids),
             response_ids=list(self.response_ids),
             response_mask=list(self.response_mask),
@@ -108,5 +121,9 @@ class TokenSession:
             response_versions=list(self.response_versions),
             num_turns=self.num_turns,
             truncated=self.truncated,
-            history_rewritten=self.history_rewritten,
+            start=self.start,
         )
+
+    def view(self) -> TrainingView:
+        """The trainable view: every segment, in order (one unless history was rewritten)."""
+        return TrainingView.of_segments([*self.closed, self.segment()])

@@ -27,6 +27,7 @@ from aworld_core.config import RewardSection
 from aworld_core.errors import UsageError
 from aworld_core.rewards.registry import RewardStats, get_reward_stats, score_episode, validate_reward_value
 from aworld_core.schemas import Episode, Sample
+from aworld_core.worker.credit import episode_segments, set_segment_rewards
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
@@ -99,7 +100,8 @@ def score_in_process(
     sample = Sample.model_validate_json(sample_json)
     sections = [RewardSection(name=name, trajectory_aware=aware) for name, aware in rewards]
     asyncio.run(score_episode(episode, sample, sections, base_dir=base_dir, stats=RewardStats(), notify=False))
-    return {"reward": episode.reward, "rewards": episode.rewards, "reward_errors": episode.reward_errors}
+    return {"reward": episode.reward, "rewards": episode.rewards, "reward_errors": episode.reward_errors,
+            "segment_rewards": [s.reward for s in episode_segments(episode)]}
 
 
 class PoolScorer:
@@ -158,6 +160,9 @@ class PoolScorer:
         episode.rewards = {name: validate_reward_value(name, v) for name, v in result["rewards"].items()}
         episode.reward_errors = dict(result["reward_errors"])
         episode.reward = None if episode.reward_errors else result["reward"]
+        segment_values = result.get("segment_rewards") or []
+        if any(v is not None for v in segment_values):  # the reward credited segments itself (worker.credit)
+            set_segment_rewards(episode, segment_values)
         for name, value in episode.rewards.items():
             self.stats.record_value(name, value)
         for name in episode.reward_errors:
