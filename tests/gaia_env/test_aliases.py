@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
-from gaia_env.conftest import connect, in_process_env, text_of
+from gaia_env.conftest import connect, in_process_env
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 from aworld_core.tools.mcp_config import get_agent_tool_env_and_servers
 from aworld_gaia_env.server import ConfigurationError, GaiaEnvironment
@@ -35,9 +37,10 @@ async def test_suffixed_and_upstream_names_select_our_servers():
     with in_process_env(servers="terminal-server,parxiv,googlesearch-server,wiki") as env:
         async with connect(env, servers="terminal-server, parxiv-server,googlesearch-server") as client:
             names = {t.name for t in (await client.list_tools()).tools}
-            refused = await client.call_tool("wiki__search", {"query": "x"})
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("wiki__search", {"query": "x"})
     assert {name.split("__")[0] for name in names} == {"terminal", "arxiv", "search"}
-    assert refused.is_error and "did not select" in text_of(refused)
+    assert refused.value.code == INVALID_PARAMS and "did not select" in refused.value.message
 
 
 def test_settings_accept_upstream_names_and_refuse_unknown_ones(tmp_path):
@@ -77,9 +80,10 @@ async def test_the_seeds_header_value_works_through_get_agent_tool_env_and_serve
         async with Client(streamable_http_client(entry["url"], http_client=http)) as client:
             tools = (await client.list_tools()).tools
             listed = await client.call_tool("documents-txt__list_files", {})
-            refused = await client.call_tool("documents-xlsx__read_excel", {"path": "x.xlsx"})
+            with pytest.raises(MCPError) as refused:  # xlsx is not in the seed's list
+                await client.call_tool("documents-xlsx__read_excel", {"path": "x.xlsx"})
     servers = {t.name.split("__")[0] for t in tools}
     assert servers == {canonical_server(name) for name in SEED_SERVERS.split(",")}
     assert {"browser", "media-video", "arxiv", "search", "terminal"} <= servers
     assert not listed.is_error
-    assert refused.is_error and "did not select" in text_of(refused)  # xlsx is not in the seed's list
+    assert refused.value.code == INVALID_PARAMS and "did not select" in refused.value.message

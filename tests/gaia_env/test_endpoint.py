@@ -7,6 +7,8 @@ import json
 import aiohttp
 import pytest
 from gaia_env.conftest import call, connect, in_process_env, text_of, upload
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 from aworld_gaia_env.server import ConfigurationError, GaiaEnvironment
 from aworld_gaia_env.settings import GaiaEnvSettings
@@ -67,9 +69,11 @@ async def test_mcp_servers_header_selects_servers(env_server):
         names = {t.name for t in (await client.list_tools()).tools}
         assert names == {"wiki__search", "wiki__summary", "wiki__page", "wiki__revision_at",
                          "arxiv__search", "arxiv__paper", "arxiv__pdf_text"}
-        refused = await client.call_tool("documents-txt__list_files", {})
-    assert refused.is_error
-    assert "did not select" in text_of(refused) and "documents-txt" in text_of(refused)
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("documents-txt__list_files", {})
+    # a tool the connection was not offered is the spec's protocol error for unknown tools
+    assert refused.value.code == INVALID_PARAMS
+    assert "did not select" in refused.value.message and "documents-txt" in refused.value.message
 
 
 async def test_unknown_server_in_header_is_a_400_naming_it(env_server):
@@ -84,8 +88,13 @@ async def test_unknown_server_in_header_is_a_400_naming_it(env_server):
 
 
 async def test_unknown_tool_and_bad_arguments_are_clear_errors(env_server):
-    text, is_error = await call(env_server, "search", {"query": "x"})
-    assert is_error and "unknown tool 'search'" in text and "search__web" in text
+    # an unknown tool: the JSON-RPC error -32602 the spec lists; bad arguments: an isError result
+    # the model reads and can correct (SEP-1303, MCP 2025-11-25)
+    async with connect(env_server, episode="ep-unknown") as client:
+        with pytest.raises(MCPError) as unknown:
+            await client.call_tool("search", {"query": "x"})
+    assert unknown.value.code == INVALID_PARAMS
+    assert "Unknown tool: search" in unknown.value.message and "search__web" in unknown.value.message
     text, is_error = await call(env_server, "wiki__search", {"q": "x"})
     assert is_error and "bad arguments for wiki__search" in text and "query" in text
 

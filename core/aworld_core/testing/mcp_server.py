@@ -13,7 +13,13 @@ Tools (pick a subset with ``tools=``): ``add``, ``echo``, ``upper``, ``fail`` (r
 unexpected exception), ``refuse`` (raises the SDK's ``ToolError`` with a message), ``sleep``
 (for timeouts), ``count`` (per-server call counter), ``region`` (an argument mirrored into the
 ``Mcp-Param-Region`` header, ``x-mcp-header``), ``resume`` (answers ``input_required`` with a
-``requestState`` first, then the result when the client retries with it).
+``requestState`` first, then the result when the client retries with it; a 2026 protocol feature,
+so it is listed only to 2026 clients).
+
+It answers as the MCP spec says (``protocol_rules``, checked by the official conformance suite in
+``tests/core/test_mcp_conformance.py``): an unknown tool or prompt is the JSON-RPC error ``-32602``
+(a tool's own failure, and arguments that fail its schema, stay ``isError`` results the model
+reads), ``serverInfo.version`` is aworld-core's version.
 
 This module is also a program: ``python -m aworld_core.testing.mcp_server --stdio`` or
 ``--http --port N [--token T] [--tools add,echo] [--transport sse]``.
@@ -49,6 +55,8 @@ __all__ = [
 ]
 
 ALL_TOOLS = ("add", "echo", "upper", "fail", "refuse", "sleep", "count", "region", "resume")
+# tools whose answers only a 2026 (stateless) protocol client can take: ``input_required`` results
+MODERN_ONLY_TOOLS = frozenset({"resume"})
 MODULE = "aworld_core.testing.mcp_server"
 
 
@@ -77,7 +85,10 @@ def build_mcp_server(
         from mcp.server.caching import CacheHint
 
         extra["cache_hints"] = {"tools/list": CacheHint(ttl_ms=tools_ttl_ms)}
-    server = MCPServer(name, log_level="WARNING", **extra)
+    from aworld_core import __version__
+
+    server = MCPServer(name, version=__version__, log_level="WARNING", **extra)
+    server.middleware.append(protocol_rules(chosen))
     calls = {"count": 0}
 
     if "add" in chosen:
@@ -146,6 +157,54 @@ def build_mcp_server(
             return calls["count"]
 
     return server
+
+
+def protocol_rules(tools: Iterable[str]) -> Any:
+    """Server middleware: what the SDK's ``MCPServer`` leaves to its user, done as the spec says.
+
+    * ``tools/call`` of a tool the server does not have (or one this client's protocol version
+      cannot take an answer from) is the protocol error ``-32602``, not an ``isError`` result;
+    * ``prompts/get`` of an unknown prompt is ``-32602`` too (the SDK's ``ValueError`` became ``0``);
+    * ``tools/list`` leaves out the tools a handshake-era client cannot call (``MODERN_ONLY_TOOLS``).
+    """
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INVALID_PARAMS
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    names = frozenset(tools)
+
+    def callable_by(version: str) -> frozenset[str]:
+        return names if version in MODERN_PROTOCOL_VERSIONS else names - MODERN_ONLY_TOOLS
+
+    async def middleware(ctx: Any, call_next: Any) -> Any:
+        params = ctx.params if isinstance(ctx.params, dict) else {}
+        if ctx.request_id is not None and ctx.method == "tools/call":
+            name = params.get("name")
+            if isinstance(name, str) and name not in callable_by(ctx.protocol_version):
+                if name in names:
+                    raise MCPError(
+                        INVALID_PARAMS,
+                        f"Tool {name} needs MCP protocol {MODERN_PROTOCOL_VERSIONS[-1]}; this connection "
+                        f"speaks {ctx.protocol_version}",
+                    )
+                raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}")
+        if ctx.request_id is not None and ctx.method == "prompts/get":
+            # the test servers define no prompts: every name is unknown
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {params.get('name')}")
+        result = await call_next(ctx)
+        if ctx.method == "tools/list" and ctx.request_id is not None:
+            allowed = callable_by(ctx.protocol_version)
+            if allowed != names:
+                result = _without_tools(result, names - allowed)
+        return result
+
+    return middleware
+
+
+def _without_tools(result: Any, hidden: frozenset[str]) -> Any:
+    if isinstance(result, dict):
+        return {**result, "tools": [t for t in result.get("tools", []) if t.get("name") not in hidden]}
+    return result.model_copy(update={"tools": [t for t in result.tools if t.name not in hidden]})
 
 
 class _BearerAuth:

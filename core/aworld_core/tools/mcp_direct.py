@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aworld_core.tools.mcp_session import MCPSession, RequestState
 
-_BODY_EXCERPT = 300
+_BODY_KEPT = 8000  # as mcp_session keeps it: a JSON-RPC error whole, other bodies cut when shown
 
 
 class HandOff(Exception):
@@ -122,7 +122,7 @@ class DirectCaller:
             session.session_id_seen = True  # the server now keeps sessions: later episodes open their own
         if response.status >= 400:
             raw = await response.read()
-            state.body = session.last_body = raw[:_BODY_EXCERPT].decode("utf-8", "replace")
+            state.body = session.last_body = raw[:_BODY_KEPT].decode("utf-8", "replace")
             if response.content_type == "application/json":
                 try:
                     message = json.loads(raw)

@@ -27,7 +27,8 @@ from aworld_core.tools.mcp_tool_cache import TOOL_LIST_CACHE, CachedToolList, to
 
 logger = logging.getLogger("aworld_core.tools.mcp_client")
 
-_BODY_EXCERPT = 300
+_BODY_EXCERPT = 300  # of a body that is not a JSON-RPC error, in messages
+_BODY_KEPT = 8000  # a JSON-RPC error's message (an unknown tool's lists the tools there are)
 _NO_RETRY_STATUSES = frozenset({400, 401, 403, 404, 405})
 _LIST_PAGE_CAP = 100
 
@@ -178,7 +179,11 @@ class MCPSession:
         # cache=None: the SDK's response cache lives as long as one session, which lists once;
         # the cross-episode cache is ToolListCache
         client = Client(
-            transport, read_timeout_seconds=self.call_timeout_s, cache=None, message_handler=self._on_message
+            transport,
+            read_timeout_seconds=self.call_timeout_s,
+            cache=None,
+            message_handler=self._on_message,
+            client_info=client_identity(),
         )
         return await stack.enter_async_context(client)
 
@@ -313,7 +318,7 @@ class MCPSession:
         if response.status_code >= 400:
             try:
                 await response.aread()
-                body = response.text[:_BODY_EXCERPT]
+                body = response.text[:_BODY_KEPT]
             except Exception:  # the body is only for the error message
                 body = ""
             self.last_body = body
@@ -335,8 +340,11 @@ class MCPSession:
                 text += " (the server refused our credentials: check the token in the Authorization header / MCP_SERVER_TOKEN)"
             elif status == 404:
                 text += " (no MCP endpoint at this URL: check the path, e.g. /mcp)"
+            rpc = _jsonrpc_error(body)
+            if rpc is not None:  # the 2026 protocol answers a JSON-RPC error with an HTTP status
+                return f"{text}: JSON-RPC error {rpc}"
             if body:
-                text += f": {body.strip()}"
+                text += f": {body.strip()[:_BODY_EXCERPT]}"
             return text
         parts = [f"{type(leaf).__name__}: {str(leaf) or repr(leaf)}" for leaf in _leaf_exceptions(exc)]
         text = "; ".join(dict.fromkeys(parts)) or type(exc).__name__
@@ -389,6 +397,17 @@ class MCPSession:
             pass
 
 
+@functools.cache
+def client_identity() -> Any:
+    """What this client calls itself in ``initialize`` / ``server/discover``: ``aworld-core`` and
+    its version (left to itself the SDK says ``mcp 0.1.0``, which tells a server's operator nothing)."""
+    from mcp_types import Implementation
+
+    from aworld_core import __version__
+
+    return Implementation(name="aworld-core", version=__version__)
+
+
 def server_where(config: MCPServerConfig) -> str:
     """Where a server is, for messages: its URL, or its stdio command."""
     if config.type == "stdio":
@@ -431,6 +450,20 @@ async def list_all_tools(client: Any) -> tuple[list[Any], bool, int]:
         if not cursor:
             return tools, True, hint_ms
     return tools, False, hint_ms
+
+
+def _jsonrpc_error(body: str) -> str | None:
+    """``CODE: message`` of a JSON-RPC error response body (the request id, which differs between
+    clients, left out); None when the body is not one."""
+    import json
+
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(error, dict) or not isinstance(error.get("code"), int):
+        return None
+    return f"{error['code']}: {error.get('message', '')}"
 
 
 def _leaf_exceptions(exc: BaseException) -> list[BaseException]:

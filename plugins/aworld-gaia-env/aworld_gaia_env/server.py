@@ -4,7 +4,8 @@ A low-level SDK ``Server`` (not ``MCPServer``) because what a request may see de
 ``MCP_SERVERS`` header: ``tools/list`` answers with the tools of the selected servers only, and
 ``tools/call`` refuses tools of servers the request did not select. Tool results that are errors
 (bad arguments, a missing key, a failing site) come back as ``isError`` results with the reason,
-so the model can react and the server never goes down with a tool.
+so the model can react and the server never goes down with a tool. A tool this connection does not
+have (unknown, or of a server it did not select) is the spec's protocol error ``-32602``.
 
 Workspaces are chosen per request: the ``X-Episode-Id`` header when the client sends one, else
 the MCP session id (handshake-era clients), else a shared workspace (logged once).
@@ -23,6 +24,8 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -187,15 +190,18 @@ class GaiaEnvironment:
         started = time.perf_counter()
         tool = self.tools.get(params.name)
         episode: str | None = None
+        # a tool this connection was not offered: the protocol error the MCP spec lists for
+        # unknown tools (-32602), not a tool result (SEP-1303 keeps isError for the tool's own failures)
+        if tool is None:
+            raise MCPError(INVALID_PARAMS, self._unknown_tool_message(params.name, ctx.request))
+        selection = self.selection(ctx.request)
+        if selection is not None and tool.server not in selection:
+            raise MCPError(
+                INVALID_PARAMS,
+                f"Unknown tool: {params.name} belongs to server '{tool.server}', which this connection did "
+                f"not select (MCP_SERVERS: {', '.join(sorted(selection))})",
+            )
         try:
-            if tool is None:
-                raise ToolError(self._unknown_tool_message(params.name, ctx.request))
-            selection = self.selection(ctx.request)
-            if selection is not None and tool.server not in selection:
-                raise ToolError(
-                    f"tool {params.name} belongs to server '{tool.server}', which this connection did not "
-                    f"select (MCP_SERVERS: {', '.join(sorted(selection))})"
-                )
             if tool.missing is not None:
                 problem = tool.missing(self.settings)
                 if problem is not None:
@@ -231,7 +237,7 @@ class GaiaEnvironment:
             matches = [n for n in available if n.endswith("__" + name)]
             if matches:
                 hint = f" Did you mean {', '.join(matches)}? Tool names carry their server as a prefix."
-        return f"unknown tool {name!r}.{hint} Available tools: {', '.join(available)}"
+        return f"Unknown tool: {name}.{hint} Available tools: {', '.join(available)}"
 
     # ------------------------------------------------------------------------------------------
     # HTTP app
