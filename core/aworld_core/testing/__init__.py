@@ -4,6 +4,8 @@
   (``make_tiny_model``, ``get_tiny_model_dir``, ``load_tiny_tokenizer``, ``load_tiny_model``,
   ``load_template``, ``assistant_turn_text``; needs ``pip install 'aworld-core[hf]'``);
 * ``ScriptedTokenEngine``: a ``TokenEngine`` answering predetermined ids (no model);
+* ``check_segments(view, engine.calls)``: an episode's training segments against what the engine
+  sampled, token for token (every sampled token trains, nothing else does);
 * a real MCP server with test tools (``McpHttpServer`` in a thread, ``McpServerProcess`` as a
   process, ``stdio_server_config``; ``python -m aworld_core.testing.mcp_server``);
 * pytest fixtures ``tiny_model_dir``, ``tiny_tokenizer``, ``tiny_model``:
@@ -39,6 +41,8 @@ _EXPORTS: dict[str, str] = {
     # the scripted token engine (it lives in aworld_core.tokens)
     "ScriptedCall": "aworld_core.tokens.scripted",
     "ScriptedTokenEngine": "aworld_core.tokens.scripted",
+    # an episode's training segments against the engine's calls
+    "check_segments": "aworld_core.testing.segments",
     # the MCP test server
     "ALL_TOOLS": _MCP,
     "McpHttpServer": _MCP,

@@ -8,7 +8,8 @@ ms-swift scheduler, the task service) does the same things in the same order:
    template, the tool parser and the limits);
 3. ``EpisodeRunner``: episodes or GRPO groups through the ``rollout`` hook, every failure
    recorded, scored, the group policy applied, ``on_episode_end`` once;
-4. ``views_to_batch`` / ``group_advantages``: training views to the tensors of a step;
+4. ``episodes_to_batch`` / ``views_to_batch`` / ``group_advantages``: training segments to the
+   tensors of a step, one row per segment, credited by ``worker.credit``'s rule;
 5. ``FailedSteps`` / ``step_metrics`` / ``StepRecorder``: per-step failure counts, the reasons
    and their log lines, and a stop after N all-failed steps;
 6. ``WorkerCache`` / ``Rendezvous``: per-process state keyed by the job, and GRPO groups for
@@ -48,7 +49,16 @@ _EXPORTS: dict[str, str] = {
     "first_error": "aworld_core.worker.policy",
     "error_of": "aworld_core.worker.policy",
     "views_to_batch": "aworld_core.worker.batch",
+    "episodes_to_batch": "aworld_core.worker.batch",
+    "episode_segments": "aworld_core.worker.credit",
+    "segment_advantages": "aworld_core.worker.credit",
+    "segment_rewards": "aworld_core.worker.credit",
+    "set_segment_rewards": "aworld_core.worker.credit",
+    "segment_rows": "aworld_core.worker.credit",
+    "SegmentRow": "aworld_core.worker.credit",
+    "check_token_mean": "aworld_core.worker.credit",
     "group_advantages": "aworld_core.worker.batch",
+    "group_statistics": "aworld_core.worker.batch",
     "token_logprobs": "aworld_core.worker.batch",
     "policy_gradient_loss": "aworld_core.worker.batch",
 }

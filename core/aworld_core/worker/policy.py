@@ -71,7 +71,7 @@ def untrainable_reason(episode: Episode, *, needs_reward: bool = True) -> str | 
     if episode.status is not EpisodeStatus.SUCCESS:
         return episode.status.value
     view = episode.training
-    if view is None or not view.response_ids or not any(view.response_mask):
+    if view is None or not view.total_sampled_tokens:
         return NO_TOKENS
     if episode.reward_errors:
         return REWARD_FAILED
@@ -167,7 +167,8 @@ def step_metrics(episodes: Sequence[Episode], prefix: str = "aworld/", *, needs_
     with_calls = sum(1 for e in episodes if any(s.exp_data.actions for s in e.steps))
     results = [r for e in episodes for s in e.steps for r in s.exp_data.state.action_result]
     trained = [e for e in episodes if is_trainable(e, needs_reward=needs_reward)]
-    sampled = [sum(e.training.response_mask) for e in trained if e.training is not None]
+    sampled = [e.training.total_sampled_tokens for e in trained if e.training is not None]
+    segmented = [e for e in trained if e.training is not None and e.training.num_segments > 1]
     out = {
         f"{prefix}episodes": float(len(episodes)),
         f"{prefix}trained_rate": len(trained) / n,
@@ -177,6 +178,10 @@ def step_metrics(episodes: Sequence[Episode], prefix: str = "aworld/", *, needs_
         f"{prefix}tool_error_rate": (sum(1 for r in results if r.is_error) / len(results)) if results else 0.0,
         f"{prefix}turns": sum(len(e.steps) for e in episodes) / n,
         f"{prefix}sampled_tokens": (sum(sampled) / len(sampled)) if sampled else 0.0,
+        # trained episodes of several segments (rewritten or compacted history) and their segments
+        f"{prefix}segmented_rate": len(segmented) / n,
+        f"{prefix}segments": (sum(e.training.num_segments for e in trained if e.training) / len(trained))
+        if trained else 0.0,
     }
     for reason, count in reasons.items():
         out[f"{prefix}untrained/{reason}"] = float(count)

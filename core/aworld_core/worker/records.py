@@ -60,8 +60,8 @@ def mask_of_runs(runs: Iterable[Sequence[int]]) -> list[int]:
 
 def merge_step_metrics(records: Iterable[Mapping[str, Any]], prefix: str = "aworld/") -> dict[str, float]:
     """The kit's ``step_metrics`` of a step from its episodes' records: counts summed, rates
-    averaged over the episodes, ``tool_error_rate`` over the tool results and ``sampled_tokens``
-    over the trained episodes; plus ``groups``, ``groups_dropped`` and ``placeholders``."""
+    averaged over the episodes, ``tool_error_rate`` over the tool results, ``sampled_tokens`` and
+    ``segments`` over the trained episodes; plus ``groups``, ``groups_dropped`` and ``placeholders``."""
     records = list(records)
     n = len(records)
     if not n:
@@ -76,7 +76,7 @@ def merge_step_metrics(records: Iterable[Mapping[str, Any]], prefix: str = "awor
             weights = [float(r.get("tool_results") or 0) for r in records]
             total = sum(weights)
             out[prefix + key] = sum(v * w for v, w in zip(values, weights, strict=True)) / total if total else 0.0
-        elif key == "sampled_tokens":
+        elif key in ("sampled_tokens", "segments"):
             trained = [v for v, m in zip(values, each, strict=True) if m.get("trained_rate") == 1.0]
             out[prefix + key] = sum(trained) / len(trained) if trained else 0.0
         else:

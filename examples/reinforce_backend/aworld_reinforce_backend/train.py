@@ -51,13 +51,18 @@ async def _train(job: Any, out: Path) -> dict[str, float]:
             episodes = [e for g in groups for e in g.episodes]
             failed.step(episodes)  # raises after max_failed_steps steps in a row with nothing to train
             # failed members (and dropped groups) answer None: no token trained, not in the baseline
-            advantages = kit.group_advantages([r for g in groups for r in g.rewards("none")], size)
+            group_rewards = [r for g in groups for r in g.rewards("none")]
+            advantages = kit.group_advantages(group_rewards, size)
+            scales = [divisor for _, divisor in kit.group_statistics(group_rewards, size)]  # per-segment rewards
             keep = [i for i, e in enumerate(episodes) if kit.is_trainable(e)]
             scored = [e.reward for e in episodes if e.reward is not None]
             row = {"step": step, "reward": sum(scored) / max(len(scored), 1), **kit.step_metrics(episodes)}
             if keep:
-                batch = kit.views_to_batch([episodes[i].training for i in keep], pad_id=engine.pad_id,
-                                           advantages=[advantages[i] for i in keep])
+                # one row per training segment (a rewritten or compacted history is several), each with
+                # its episode's advantage; the loss is the mean over all rows' sampled tokens
+                batch = kit.episodes_to_batch([episodes[i] for i in keep], [advantages[i] for i in keep],
+                                              scales=[scales[i] for i in keep], pad_id=engine.pad_id)
+                row["rows"] = int(batch["input_ids"].shape[0])
                 with engine.weights_lock:  # no rollout reads the weights while they change
                     model.train()
                     logprobs = kit.token_logprobs(model, batch)
