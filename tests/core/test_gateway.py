@@ -151,10 +151,15 @@ async def test_streaming(scripted):
     events = [line[len("data: ") :] for line in text.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
-    assert chunks[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "calc"
-    assert chunks[0]["choices"][0]["delta"]["tool_calls"][0]["index"] == 0
-    assert chunks[1]["choices"][0]["finish_reason"] == "tool_calls"
-    assert chunks[2]["usage"]["completion_tokens"] > 0
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    content = "".join(d.get("content") or "" for d in deltas)
+    assert content == "Computing."
+    first, rest = (d["tool_calls"][0] for d in deltas if d.get("tool_calls"))
+    assert first["index"] == 0 and first["function"] == {"name": "calc", "arguments": ""} and first["id"]
+    assert rest["index"] == 0 and json.loads(rest["function"]["arguments"]) == {"expr": "2+3"}
+    assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
 
 
 @pytest.mark.parametrize(

@@ -5,14 +5,22 @@ A Starlette app in front of a ``TokenLLM`` (so in front of any ``TokenEngine``):
 * ``POST /v1/chat/completions`` (session from the ``X-Session-Id`` header, else stateless) and
   ``POST /sessions/{episode_id}/v1/chat/completions`` (point an agent's ``base_url`` at
   ``http://host:port/sessions/{episode_id}/v1`` and every call lands in that episode);
+* ``POST /v1/responses`` (and under ``/sessions/{episode_id}``): the Responses API on the same
+  token path (``aworld_core.gateway.responses``); ``GET .../v1/responses/{id}`` a stored one;
 * ``GET /v1/models`` (and under ``/sessions/{episode_id}``);
 * ``GET /sessions/{episode_id}/training``: the episode's training view so far (debugging);
   ``DELETE /sessions/{episode_id}``: finish it and return the view (for non-Python backends);
 * ``GET /health``.
 
 The backend takes an episode's tokens with ``gateway.finish_session(episode_id)``. Each session
-records the exact token sequence with masks and logprobs; a client that rewrites history is
-reported on the view (``history_rewritten``) and never trained on silently.
+records the exact token sequence with masks and logprobs.
+
+Every request field is applied or refused with a 400 naming it (``aworld_core.gateway.fields``).
+Client mistakes are answered with codes the OpenAI SDK does not retry (a retry would turn a client
+bug into a rewritten episode): a second call while one is in flight in the session is ``409`` with
+``x-should-retry: false``, a call after the session was finished ``410``, an unknown session
+``404``; every 4xx carries ``x-should-retry: false``. An engine failure stays ``502`` (nothing was
+recorded, so a retry is safe).
 
 Malformed tool calls: an OpenAI response cannot carry a call that did not parse, so the message
 holds only the valid calls, and the failed ones are listed in the extension field
@@ -22,6 +30,7 @@ model wrote stay in the episode, so a reward that scores the outcome teaches it 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -35,65 +44,47 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from aworld_core.errors import AworldError, LLMError, UsageError
+from aworld_core.gateway import responses as rs
+from aworld_core.gateway.fields import GatewayRequestError, parse_chat, sampling_from_body
+from aworld_core.gateway.streaming import TextStream, TurnStream
 from aworld_core.llm.base import LLMResponse
-from aworld_core.schemas import SamplingParams, TrainingView
-from aworld_core.tokens.engine import STOP_TOKEN_IDS
-from aworld_core.tokens.llm import TokenLLM
+from aworld_core.schemas import TrainingView
+from aworld_core.tokens.llm import SessionBusyError, SessionFinishedError, TokenLLM
+from aworld_core.tokens.turn import TurnRefused, TurnRequest
 
 log = logging.getLogger(__name__)
 
 SESSION_HEADER = "X-Session-Id"
+NO_RETRY = {"x-should-retry": "false"}  # the OpenAI SDKs honour it before their status-code rules
+
+__all__ = ["SESSION_HEADER", "Gateway", "GatewayRequestError", "sampling_from_body"]
 
 
-class GatewayRequestError(UsageError):
-    """A request the gateway refuses (HTTP 400), with the OpenAI error ``param`` it concerns."""
-
-    def __init__(self, message: str, param: str | None = None):
-        super().__init__(message)
-        self.param = param
-
-
-def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
+def _error(
+    status: int, message: str, kind: str, param: str | None = None, code: str | None = None
+) -> JSONResponse:
     return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": param, "code": None}}, status_code=status
+        {"error": {"message": message, "type": kind, "param": param, "code": code}},
+        status_code=status,
+        headers=NO_RETRY if status < 500 else None,
     )
 
 
-def sampling_from_body(body: dict[str, Any]) -> SamplingParams:
-    """OpenAI (and vLLM-style extra) request fields as ``SamplingParams``; bad values raise."""
-
-    def number(name: str, kind: type, low: float | None = None, high: float | None = None) -> Any:
-        value = body.get(name)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-            raise GatewayRequestError(f"'{name}' must be a {kind.__name__}, got {value!r}", name)
-        if (low is not None and value < low) or (high is not None and value > high):
-            raise GatewayRequestError(f"'{name}' must be within [{low}, {high}], got {value!r}", name)
-        return kind(value)
-
-    max_tokens = number("max_completion_tokens", int, 1) or number("max_tokens", int, 1)
-    stop = body.get("stop")
-    if isinstance(stop, str):
-        stop = [stop]
-    if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
-        raise GatewayRequestError("'stop' must be a string or a list of strings", "stop")
-    extra: dict[str, Any] = {}
-    stop_ids = body.get("stop_token_ids")
-    if stop_ids is not None:
-        if not (isinstance(stop_ids, list) and all(isinstance(t, int) for t in stop_ids)):
-            raise GatewayRequestError("'stop_token_ids' must be a list of ints", "stop_token_ids")
-        extra[STOP_TOKEN_IDS] = stop_ids
-    top_k = number("top_k", int)
-    return SamplingParams(
-        temperature=number("temperature", float, 0, 2),
-        top_p=number("top_p", float, 0, 1),
-        top_k=None if top_k is None or top_k <= 0 else top_k,
-        max_tokens=max_tokens,
-        stop=stop or None,
-        seed=number("seed", int),
-        extra=extra,
-    )
+def _failure(exc: BaseException, session_id: str | None) -> JSONResponse:
+    """The HTTP answer for an exception of the token path."""
+    if isinstance(exc, (GatewayRequestError, TurnRefused)):
+        return _error(400, str(exc), "invalid_request_error", exc.param)
+    if isinstance(exc, SessionBusyError):
+        return _error(409, str(exc), "invalid_request_error", code="session_busy")
+    if isinstance(exc, SessionFinishedError):
+        return _error(410, str(exc), "invalid_request_error", code="session_finished")
+    if isinstance(exc, UsageError):
+        return _error(400, str(exc), "invalid_request_error")
+    if isinstance(exc, LLMError):
+        log.warning("gateway: session %s failed: %s", session_id, exc)
+        return _error(502, str(exc), "server_error")
+    log.warning("gateway: session %s failed: %s", session_id, exc)
+    return _error(500, str(exc), "server_error")
 
 
 class Gateway:
@@ -103,13 +94,21 @@ class Gateway:
         self.llm = llm
         self.model_name = model_name or llm.model_name
         self.created = int(time.time())
+        self.responses = rs.ResponseStore()
+        # a template without a developer role of its own renders 'developer' as its system role
+        self.developer_as_system = "developer" not in (llm.renderer.template or "")
+        routes = []
+        for prefix in ("", "/sessions/{episode_id}"):
+            routes += [
+                Route(f"{prefix}/v1/models", self._models, methods=["GET"]),
+                Route(f"{prefix}/v1/chat/completions", self._chat, methods=["POST"]),
+                Route(f"{prefix}/v1/responses", self._responses, methods=["POST"]),
+                Route(f"{prefix}/v1/responses/{{response_id}}", self._stored_response, methods=["GET"]),
+            ]
         self.app = Starlette(
             routes=[
                 Route("/health", self._health, methods=["GET"]),
-                Route("/v1/models", self._models, methods=["GET"]),
-                Route("/v1/chat/completions", self._chat, methods=["POST"]),
-                Route("/sessions/{episode_id}/v1/models", self._models, methods=["GET"]),
-                Route("/sessions/{episode_id}/v1/chat/completions", self._chat, methods=["POST"]),
+                *routes,
                 Route("/sessions/{episode_id}/training", self._training, methods=["GET"]),
                 Route("/sessions/{episode_id}", self._finish, methods=["DELETE"]),
             ]
@@ -119,6 +118,7 @@ class Gateway:
 
     def finish_session(self, episode_id: str) -> TrainingView | None:
         """The episode's training view, dropping its session (``None`` if it never called)."""
+        self.responses.forget_session(episode_id)
         return self.llm.finish_session(episode_id)
 
     def training_view(self, episode_id: str) -> TrainingView | None:
@@ -133,7 +133,9 @@ class Gateway:
         return JSONResponse(
             {
                 "object": "list",
-                "data": [{"id": self.model_name, "object": "model", "created": self.created, "owned_by": "aworld"}],
+                "data": [
+                    {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "aworld"}
+                ],
             }
         )
 
@@ -149,100 +151,453 @@ class Gateway:
             return _error(404, f"no session {request.path_params['episode_id']!r}", "not_found_error")
         return JSONResponse(view.model_dump(mode="json"))
 
-    async def _chat(self, request: Request) -> Response:
+    async def _body(self, request: Request) -> dict[str, Any]:
         try:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(400, f"the request body is not JSON: {exc}", "invalid_request_error")
+            raise GatewayRequestError(f"the request body is not JSON: {exc}") from None
         if not isinstance(body, dict):
-            return _error(400, "the request body must be a JSON object", "invalid_request_error")
+            raise GatewayRequestError("the request body must be a JSON object")
+        return body
+
+    def _messages(self, messages: list[Any]) -> list[Any]:
+        """'developer' messages as the template's system role, where the template has no developer role."""
+        if not self.developer_as_system:
+            return messages
+        return [
+            {**m, "role": "system"} if isinstance(m, dict) and m.get("role") == "developer" else m
+            for m in messages
+        ]
+
+    # -- chat completions ----------------------------------------------------------------------
+
+    async def _chat(self, request: Request) -> Response:
         session_id = request.path_params.get("episode_id") or request.headers.get(SESSION_HEADER)
         try:
-            messages, tools, sampling, stream, want_logprobs = self._parse(body)
-            response = await self.llm.chat(messages, tools, sampling, session_id=session_id)
-        except GatewayRequestError as exc:
-            return _error(400, str(exc), "invalid_request_error", exc.param)
-        except UsageError as exc:
-            return _error(400, str(exc), "invalid_request_error")
-        except LLMError as exc:
-            log.warning("gateway: session %s failed: %s", session_id, exc)
-            return _error(502, str(exc), "server_error")
-        except AworldError as exc:
-            log.warning("gateway: session %s failed: %s", session_id, exc)
-            return _error(500, str(exc), "server_error")
-        completion = self._completion(response, want_logprobs)
-        if stream:
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(_sse(completion, include_usage), media_type="text/event-stream")
-        return JSONResponse(completion)
+            chat = parse_chat(await self._body(request))
+            messages = self._messages(chat.messages)
 
-    def _parse(self, body: dict[str, Any]) -> tuple[list[Any], list[Any] | None, SamplingParams, bool, bool]:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise GatewayRequestError("'messages' must be a non-empty list", "messages")
-        n = body.get("n", 1)
-        if n not in (None, 1):
-            raise GatewayRequestError(
-                "only n=1 is supported: each choice would be a separate episode; send n requests", "n"
-            )
-        tools = body.get("tools")
-        if tools is not None and not isinstance(tools, list):
-            raise GatewayRequestError("'tools' must be a list of tool schemas", "tools")
-        if body.get("tool_choice") == "none":
-            tools = None
-        return messages, tools or None, sampling_from_body(body), bool(body.get("stream")), bool(body.get("logprobs"))
+            def run(turn: TurnRequest) -> Any:
+                return self.llm.chat(messages, chat.tools, chat.sampling, session_id=session_id, turn=turn)
 
-    def _completion(self, response: LLMResponse, want_logprobs: bool) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": response.content}
-        valid = [c for c in response.tool_calls if c.error is None]
-        invalid = [c for c in response.tool_calls if c.error is not None]
-        if valid:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in valid
-            ]
-        if response.reasoning:
-            message["reasoning_content"] = response.reasoning
-        if invalid:
-            message["invalid_tool_calls"] = [
-                {"id": c.id, "name": c.name, "arguments": c.arguments, "error": c.error} for c in invalid
-            ]
-        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": response.finish_reason, "logprobs": None}
-        data = response.token_data
-        if want_logprobs and data is not None and data.response_logprobs is not None:
-            decode = self.llm.renderer.decode
-            choice["logprobs"] = {
-                "content": [
-                    {"token": decode([t]), "logprob": lp, "bytes": list(decode([t]).encode()), "top_logprobs": []}
-                    for t, lp in zip(data.response_ids, data.response_logprobs, strict=True)
-                ]
+            if chat.stream:
+                stream = TurnStream(run, chat.turn)
+                await stream.first()
+                return StreamingResponse(self._chat_events(chat, stream), media_type="text/event-stream")
+            response = await run(chat.turn)
+        except AworldError as exc:  # every failure of the token path is an OpenAI error response
+            return _failure(exc, session_id)
+        return JSONResponse(self._completion(response, chat.turn, chat.logprobs))
+
+    def _token_logprobs(
+        self,
+        ids: list[int],
+        logprobs: list[float] | None,
+        tops: list[dict[int, float]] | None,
+        want_top: bool,
+    ) -> list[dict[str, Any]]:
+        decode = self.llm.renderer.decode
+        out = []
+        for i, (token, logprob) in enumerate(zip(ids, logprobs or [0.0] * len(ids), strict=True)):
+            text = decode([token])
+            entry: dict[str, Any] = {
+                "token": text,
+                "logprob": logprob,
+                "bytes": list(text.encode()),
+                "top_logprobs": [],
             }
-        usage = response.usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+            if want_top and tops is not None:
+                entry["top_logprobs"] = [
+                    {"token": decode([t]), "logprob": lp, "bytes": list(decode([t]).encode())}
+                    for t, lp in sorted(tops[i].items(), key=lambda kv: -kv[1])
+                ]
+            out.append(entry)
+        return out
+
+    def _response_logprobs(self, response: LLMResponse, turn: TurnRequest) -> list[dict[str, Any]] | None:
+        data = response.token_data
+        if data is None or data.response_logprobs is None:
+            return None
+        output = turn.output
+        tops = output.top_logprobs if output is not None and output.token_ids == data.response_ids else None
+        return self._token_logprobs(data.response_ids, data.response_logprobs, tops, tops is not None)
+
+    def _completion(self, response: LLMResponse, turn: TurnRequest, want_logprobs: bool) -> dict[str, Any]:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": _message(response),
+            "finish_reason": response.finish_reason,
+            "logprobs": None,
+        }
+        if want_logprobs:
+            content = self._response_logprobs(response, turn)
+            if content is not None:
+                choice["logprobs"] = {"content": content, "refusal": None}
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model_name,
             "choices": [choice],
-            "usage": usage,
+            "usage": response.usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         }
 
+    async def _chat_events(self, chat: Any, stream: TurnStream) -> AsyncIterator[bytes]:
+        base = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.model_name,
+        }
+        want_top = chat.top_logprobs is not None
 
-async def _sse(completion: dict[str, Any], include_usage: bool) -> AsyncIterator[bytes]:
-    """The finished completion as OpenAI stream chunks (generation is not incremental here)."""
-    choice = completion["choices"][0]
-    message = choice["message"]
-    base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
-    if message.get("reasoning_content"):
-        delta["reasoning_content"] = message["reasoning_content"]
-    if message.get("tool_calls"):
-        delta["tool_calls"] = [dict(call, index=i) for i, call in enumerate(message["tool_calls"])]
-    chunks = [
-        base | {"choices": [{"index": 0, "delta": delta, "finish_reason": None, "logprobs": choice["logprobs"]}]},
-        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
-    ]
-    if include_usage:
-        chunks.append(base | {"choices": [], "usage": completion["usage"]})
-    for chunk in chunks:
-        yield f"data: {json.dumps(chunk)}\n\n".encode()
-    yield b"data: [DONE]\n\n"
+        def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+            if chat.logprobs and logprobs is not None:
+                choice["logprobs"] = {"content": logprobs, "refusal": None}
+            data = base | {"choices": [choice]}
+            if chat.include_usage:
+                data["usage"] = None
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        text = TextStream(self.llm, chat.sampling)
+        pending: list[dict[str, Any]] = []  # logprobs of sampled tokens not sent yet
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            fed_forced = False
+            async for piece, _ in stream.pieces():
+                if not fed_forced:
+                    text.feed(list(chat.turn.forced_ids))
+                    fed_forced = True
+                reasoning, content = text.feed(piece.token_ids)
+                pending += self._token_logprobs(piece.token_ids, piece.logprobs, piece.top_logprobs, want_top)
+                if reasoning:
+                    yield chunk({"reasoning_content": reasoning})
+                if content:
+                    yield chunk({"content": content}, logprobs=pending)
+                    pending = []
+            response = await stream.task
+        except asyncio.CancelledError:
+            stream.cancel()
+            raise
+        except AworldError as exc:  # the stream has begun: the error goes in it, as OpenAI's do
+            yield f"data: {json.dumps({'error': {'message': str(exc), 'type': 'server_error'}})}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+            return
+        finally:
+            stream.cancel()
+        reasoning, content = text.rest(response)
+        if reasoning:
+            yield chunk({"reasoning_content": reasoning})
+        if content or pending:
+            yield chunk({"content": content}, logprobs=pending)
+        message = _message(response)
+        for i, call in enumerate(message.get("tool_calls") or []):
+            yield chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+            yield chunk(
+                {"tool_calls": [{"index": i, "function": {"arguments": call["function"]["arguments"]}}]}
+            )
+        if message.get("invalid_tool_calls"):
+            yield chunk({"invalid_tool_calls": message["invalid_tool_calls"]})
+        yield chunk({}, finish=response.finish_reason)
+        if chat.include_usage:
+            usage = response.usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+            yield f"data: {json.dumps(base | {'choices': [], 'usage': usage})}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+
+    # -- responses -----------------------------------------------------------------------------
+
+    async def _stored_response(self, request: Request) -> Response:
+        held = self.responses.get(request.path_params["response_id"])
+        session_id = request.path_params.get("episode_id") or request.headers.get(SESSION_HEADER)
+        if held is None or held.session_id != session_id:
+            return _error(
+                404, f"no stored response {request.path_params['response_id']!r}", "not_found_error"
+            )
+        return JSONResponse(held.data)
+
+    async def _responses(self, request: Request) -> Response:
+        session_id = request.path_params.get("episode_id") or request.headers.get(SESSION_HEADER)
+        try:
+            req = rs.parse_responses(await self._body(request), self.responses, session_id)
+            messages = self._messages(req.messages)
+
+            def run(turn: TurnRequest) -> Any:
+                return self.llm.chat(messages, req.tools, req.sampling, session_id=session_id, turn=turn)
+
+            if req.stream:
+                stream = TurnStream(run, req.turn)
+                await stream.first()
+                return StreamingResponse(
+                    self._response_events(req, stream, session_id), media_type="text/event-stream"
+                )
+            response = await run(req.turn)
+        except AworldError as exc:  # every failure of the token path is an OpenAI error response
+            return _failure(exc, session_id)
+        response_id = rs.new_id("resp")
+        logprobs = self._response_logprobs(response, req.turn) if req.logprobs else None
+        data = self._response_object(
+            req, response_id, response, rs.output_items(response, logprobs), rs.now()
+        )
+        self._keep(req, response_id, response, data, session_id)
+        return JSONResponse(data)
+
+    def _response_object(
+        self,
+        req: rs.ResponsesRequest,
+        response_id: str,
+        response: LLMResponse,
+        output: list[dict[str, Any]],
+        created: float,
+    ) -> dict[str, Any]:
+        incomplete = "max_output_tokens" if response.finish_reason == "length" else None
+        data = rs.response_object(
+            req,
+            response_id,
+            self.model_name,
+            status="incomplete" if incomplete else "completed",
+            output=output,
+            usage=rs.usage_of(response),
+            created_at=created,
+            incomplete=incomplete,
+        )
+        invalid = [c for c in response.tool_calls if c.error is not None]
+        if invalid:
+            data["invalid_tool_calls"] = [
+                {"call_id": c.id, "name": c.name, "arguments": c.arguments, "error": c.error} for c in invalid
+            ]
+        return data
+
+    def _keep(
+        self,
+        req: rs.ResponsesRequest,
+        response_id: str,
+        response: LLMResponse,
+        data: dict[str, Any],
+        session_id: str | None,
+    ) -> None:
+        if req.store:
+            self.responses.put(
+                response_id, rs.StoredResponse(session_id, rs.conversation_after(req, response), data)
+            )
+
+    async def _response_events(
+        self, req: rs.ResponsesRequest, stream: TurnStream, session_id: str | None
+    ) -> AsyncIterator[bytes]:
+        response_id, created = rs.new_id("resp"), rs.now()
+        sequence = 0
+        want_top = req.top_logprobs is not None
+
+        def event(kind: str, **fields: Any) -> bytes:
+            nonlocal sequence
+            data = {"type": kind, "sequence_number": sequence, **fields}
+            sequence += 1
+            return rs.sse(data)
+
+        shell = rs.response_object(
+            req, response_id, self.model_name, status="in_progress", output=[], usage=None, created_at=created
+        )
+        yield event("response.created", response=shell)
+        yield event("response.in_progress", response=shell)
+        text = TextStream(self.llm, req.sampling)
+        index = 0  # output index of the next item
+        reasoning_item: dict[str, Any] | None = None
+        message_item: dict[str, Any] | None = None
+        reasoning_text, message_text = "", ""
+        message_logprobs: list[dict[str, Any]] = []
+        pending: list[dict[str, Any]] = []
+        done_items: list[dict[str, Any]] = []
+
+        def close_reasoning() -> list[bytes]:
+            nonlocal reasoning_item, index
+            if reasoning_item is None:
+                return []
+            item = rs.reasoning_item(reasoning_item["id"], reasoning_text)
+            out = [
+                event(
+                    "response.reasoning_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=reasoning_text,
+                ),
+                event("response.output_item.done", output_index=index, item=item),
+            ]
+            done_items.append(item)
+            reasoning_item, index = None, index + 1
+            return out
+
+        def reasoning_delta(delta: str) -> list[bytes]:
+            nonlocal reasoning_item, reasoning_text
+            out = []
+            if reasoning_item is None:
+                reasoning_item = {"type": "reasoning", "id": rs.new_id("rs"), "summary": [], "content": []}
+                out.append(event("response.output_item.added", output_index=index, item=reasoning_item))
+            reasoning_text += delta
+            out.append(
+                event(
+                    "response.reasoning_text.delta",
+                    item_id=reasoning_item["id"],
+                    output_index=index,
+                    content_index=0,
+                    delta=delta,
+                )
+            )
+            return out
+
+        def text_delta(delta: str, logprobs: list[dict[str, Any]]) -> list[bytes]:
+            nonlocal message_item, message_text
+            out = close_reasoning()
+            if message_item is None:
+                message_item = rs.message_item(rs.new_id("msg"), "", None, status="in_progress")
+                message_item["content"] = []
+                out.append(event("response.output_item.added", output_index=index, item=message_item))
+                out.append(
+                    event(
+                        "response.content_part.added",
+                        item_id=message_item["id"],
+                        output_index=index,
+                        content_index=0,
+                        part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+                    )
+                )
+            message_text += delta
+            message_logprobs.extend(logprobs)
+            out.append(
+                event(
+                    "response.output_text.delta",
+                    item_id=message_item["id"],
+                    output_index=index,
+                    content_index=0,
+                    delta=delta,
+                    logprobs=logprobs if req.logprobs else [],
+                )
+            )
+            return out
+
+        try:
+            fed_forced = False
+            async for piece, _ in stream.pieces():
+                if not fed_forced:
+                    text.feed(list(req.turn.forced_ids))
+                    fed_forced = True
+                reasoning, content = text.feed(piece.token_ids)
+                pending += self._token_logprobs(piece.token_ids, piece.logprobs, piece.top_logprobs, want_top)
+                for chunk in reasoning_delta(reasoning) if reasoning else []:
+                    yield chunk
+                if content:
+                    for chunk in text_delta(content, pending):
+                        yield chunk
+                    pending = []
+            response = await stream.task
+        except asyncio.CancelledError:
+            stream.cancel()
+            raise
+        except AworldError as exc:
+            failed = rs.response_object(
+                req,
+                response_id,
+                self.model_name,
+                status="failed",
+                output=done_items,
+                usage=None,
+                created_at=created,
+            )
+            failed["error"] = {"code": "server_error", "message": str(exc)}
+            yield event("response.failed", response=failed)
+            return
+        finally:
+            stream.cancel()
+        reasoning, content = text.rest(response)
+        if reasoning:
+            for chunk in reasoning_delta(reasoning):
+                yield chunk
+        if content or (pending and message_item is not None):
+            for chunk in text_delta(content, pending):
+                yield chunk
+            pending = []
+        for chunk in close_reasoning():
+            yield chunk
+        if message_item is not None:
+            final_logprobs = message_logprobs if req.logprobs else None
+            item = rs.message_item(message_item["id"], message_text, final_logprobs)
+            part = item["content"][0]
+            yield event(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=message_text,
+                logprobs=part["logprobs"],
+            )
+            yield event(
+                "response.content_part.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=part,
+            )
+            yield event("response.output_item.done", output_index=index, item=item)
+            done_items.append(item)
+            index += 1
+        for call in response.tool_calls:
+            if call.error is not None:
+                continue
+            item_id = rs.new_id("fc")
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item=rs.call_item(item_id, call.id, call.name, "", status="in_progress"),
+            )
+            yield event(
+                "response.function_call_arguments.delta",
+                item_id=item_id,
+                output_index=index,
+                delta=call.arguments,
+            )
+            yield event(
+                "response.function_call_arguments.done",
+                item_id=item_id,
+                output_index=index,
+                name=call.name,
+                arguments=call.arguments,
+            )
+            item = rs.call_item(item_id, call.id, call.name, call.arguments)
+            yield event("response.output_item.done", output_index=index, item=item)
+            done_items.append(item)
+            index += 1
+        data = self._response_object(req, response_id, response, done_items, created)
+        self._keep(req, response_id, response, data, session_id)
+        kind = "response.incomplete" if data["status"] == "incomplete" else "response.completed"
+        yield event(kind, response=data)
+
+
+def _message(response: LLMResponse) -> dict[str, Any]:
+    """The chat completion message of an answer (calls that failed to parse in the extension
+    field ``invalid_tool_calls``: an OpenAI message cannot carry them)."""
+    message: dict[str, Any] = {"role": "assistant", "content": response.content}
+    valid = [c for c in response.tool_calls if c.error is None]
+    invalid = [c for c in response.tool_calls if c.error is not None]
+    if valid:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in valid
+        ]
+    if response.reasoning:
+        message["reasoning_content"] = response.reasoning
+    if invalid:
+        message["invalid_tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments, "error": c.error} for c in invalid
+        ]
+    return message

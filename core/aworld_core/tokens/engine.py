@@ -15,8 +15,9 @@ accumulation path (``TokenLLM``) serve all of them:
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from aworld_core.schemas import SamplingParams
 
@@ -29,6 +30,17 @@ ABORT = "abort"
 # ``SamplingParams.extra`` keys TokenLLM sets and engines should honour.
 STOP_TOKEN_IDS = "stop_token_ids"  # list[int]: stop after sampling any of these (the id is kept)
 LOGPROBS_MODE = "logprobs_mode"  # "raw" | "scaled" | "processed" (see HFTokenEngine)
+
+# ``SamplingParams.extra`` keys for what OpenAI clients may ask of a turn. An engine honours only
+# those it lists in its ``features`` (``engine_features``); ``TokenLLM`` refuses a request that
+# needs one the engine lacks, naming it, rather than sampling without it.
+TOP_LOGPROBS = "top_logprobs"  # int k: TokenOutput.top_logprobs holds the k most likely ids per token
+LOGIT_BIAS = "logit_bias"  # dict[int, float]: added to the logits before sampling (OpenAI's -100..100)
+PRESENCE_PENALTY = "presence_penalty"  # float: subtracted once from every id sampled so far
+FREQUENCY_PENALTY = "frequency_penalty"  # float: subtracted per time an id was sampled so far
+STRUCTURED_OUTPUT = "structured_output"  # {"json_schema": schema} | {"json_object": True}: grammar-constrained
+STREAM = "stream"  # not a sampling key: the engine has ``stream()`` (tokens as they are sampled)
+FEATURES = (TOP_LOGPROBS, LOGIT_BIAS, PRESENCE_PENALTY, FREQUENCY_PENALTY, STRUCTURED_OUTPUT, STREAM)
 
 
 @dataclass
@@ -45,6 +57,8 @@ class TokenOutput:
     logprobs: list[float] | None = None
     stop_reason: str | None = None
     version: int | list[int] | None = None
+    # per sampled token, the ``extra['top_logprobs']`` most likely ids -> logprob (same mode as ``logprobs``)
+    top_logprobs: list[dict[int, float]] | None = None
 
     def versions(self) -> list[int]:
         """The policy version of each token (-1 where unknown)."""
@@ -67,6 +81,11 @@ class TokenOutput:
                 f"TokenOutput has {len(self.token_ids)} token ids but {len(self.logprobs)} logprobs; "
                 "an engine must return one logprob per sampled token"
             )
+        if self.top_logprobs is not None and len(self.top_logprobs) != len(self.token_ids):
+            raise ValueError(
+                f"TokenOutput has {len(self.token_ids)} token ids but {len(self.top_logprobs)} top-logprob "
+                "entries; an engine must return one per sampled token"
+            )
         self.versions()
 
 
@@ -79,4 +98,22 @@ class TokenEngine(Protocol):
     ) -> TokenOutput:
         """Sample a continuation of ``prompt_ids``. ``sampling.max_tokens`` caps the new tokens;
         ``sampling.extra['stop_token_ids']`` lists extra ids to stop on (kept in the output)."""
+        ...
+
+
+def engine_features(engine: Any) -> frozenset[str]:
+    """What ``engine`` honours beyond the protocol: its ``features`` (keys of ``FEATURES``); an
+    engine with a ``stream`` method streams. Adapters that say nothing honour nothing more."""
+    features = frozenset(getattr(engine, "features", ()) or ())
+    if callable(getattr(engine, "stream", None)):
+        features |= {STREAM}
+    return features
+
+
+class StreamingTokenEngine(TokenEngine, Protocol):
+    """An engine that also yields its tokens as it samples them."""
+
+    def stream(self, prompt_ids: list[int], sampling: SamplingParams, *, request_id: str) -> AsyncIterator[TokenOutput]:
+        """The generation of ``generate`` in pieces: each yield holds the ids sampled since the last
+        (with their logprobs, top logprobs and version); the last one has the ``stop_reason``."""
         ...

@@ -16,6 +16,13 @@ Logprobs (``logprobs_mode``, also per request as ``sampling.extra['logprobs_mode
 Greedy decoding (temperature 0) reports ``"raw"`` logprobs in the first two modes and 0.0 in
 ``"processed"`` (the draw was certain).
 
+What OpenAI clients may ask of a turn (``sampling.extra``, see ``aworld_core.tokens.engine``):
+``logit_bias`` (added to the logits), ``presence_penalty`` / ``frequency_penalty`` (OpenAI's
+definition: over the ids this generation sampled so far) change the distribution drawn from, so
+they count as processing: ``"processed"`` logprobs include them, ``"scaled"`` and ``"raw"`` (the
+policy the trainer recomputes) do not. ``top_logprobs`` (k) reports the k most likely ids per
+sampled token from the same table as ``logprobs``. ``stream()`` yields tokens as they are sampled.
+
 Concurrent requests arriving within ``batch_window_s`` with the same temperature, top-p, top-k and
 logprobs mode are left-padded and generated together; each row keeps its own ``max_tokens``,
 stop ids, stop strings and seed. A seeded request draws from its own ``torch.Generator``, so it
@@ -27,13 +34,24 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import SamplingParams
-from aworld_core.tokens.engine import LENGTH, LOGPROBS_MODE, STOP, STOP_TOKEN_IDS, TokenOutput
+from aworld_core.tokens.engine import (
+    FREQUENCY_PENALTY,
+    LENGTH,
+    LOGIT_BIAS,
+    LOGPROBS_MODE,
+    PRESENCE_PENALTY,
+    STOP,
+    STOP_TOKEN_IDS,
+    TOP_LOGPROBS,
+    TokenOutput,
+)
 
 LOGPROBS_MODES = ("scaled", "raw", "processed")
 
@@ -44,10 +62,14 @@ class _Request:
     sampling: SamplingParams
     future: asyncio.Future[TokenOutput]
     stop_ids: set[int] = field(default_factory=set)
+    # called from the decode thread with (id, logprob, top logprobs or None, version) per sampled token
+    sink: Callable[[int, float, dict[int, float] | None, int], None] | None = None
 
 
 class HFTokenEngine:
     """Samples from a ``transformers`` causal LM, token ids in and out, with logprobs."""
+
+    features = frozenset({TOP_LOGPROBS, LOGIT_BIAS, PRESENCE_PENALTY, FREQUENCY_PENALTY})
 
     def __init__(
         self,
@@ -108,9 +130,52 @@ class HFTokenEngine:
     # -- TokenEngine --------------------------------------------------------------------------
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams, *, request_id: str) -> TokenOutput:
+        return await self._submit(prompt_ids, sampling, None)
+
+    async def stream(self, prompt_ids: list[int], sampling: SamplingParams, *, request_id: str) -> AsyncIterator[TokenOutput]:
+        """``generate`` token by token: each yield is the ids sampled since the last one; the last
+        yield carries the stop reason (and whatever the decode thread sampled after the last hand-over)."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, float, dict[int, float] | None, int]] = asyncio.Queue()
+
+        def sink(token: int, logprob: float, top: dict[int, float] | None, version: int) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (token, logprob, top, version))
+
+        result = asyncio.ensure_future(self._submit(prompt_ids, sampling, sink))
+        sent = 0
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, result}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    token, logprob, top, version = getter.result()
+                    sent += 1
+                    yield TokenOutput([token], [logprob], None, version, None if top is None else [top])
+                    continue
+                getter.cancel()
+                final = result.result()  # the whole generation: the rest of it is what was not handed over
+                rest = final.token_ids[sent:]
+                yield TokenOutput(
+                    rest,
+                    None if final.logprobs is None else final.logprobs[sent:],
+                    final.stop_reason,
+                    final.version,
+                    None if final.top_logprobs is None else final.top_logprobs[sent:],
+                )
+                return
+        finally:
+            if not result.done():  # the consumer left early: the batch finishes the row on its own
+                result.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    async def _submit(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        sink: Callable[[int, float, dict[int, float] | None, int], None] | None,
+    ) -> TokenOutput:
         self._check(prompt_ids, sampling)
         loop = asyncio.get_running_loop()
-        request = _Request(list(prompt_ids), sampling, loop.create_future())
+        request = _Request(list(prompt_ids), sampling, loop.create_future(), sink=sink)
         request.stop_ids = self.stop_token_ids | set(sampling.extra.get(STOP_TOKEN_IDS) or [])
         key = self._batch_key(sampling)
         pending = self._pending.setdefault(loop, {})
@@ -149,6 +214,20 @@ class HFTokenEngine:
             raise UsageError(f"temperature must be >= 0, got {sampling.temperature}")
         if sampling.top_p is not None and not 0 < sampling.top_p <= 1:
             raise UsageError(f"top_p must be in (0, 1], got {sampling.top_p}")
+        top = sampling.extra.get(TOP_LOGPROBS)
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20):
+            raise UsageError(f"top_logprobs must be an int in [0, 20], got {top!r}")
+        for key in (PRESENCE_PENALTY, FREQUENCY_PENALTY):
+            value = sampling.extra.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise UsageError(f"{key} must be a number, got {value!r}")
+        bias = sampling.extra.get(LOGIT_BIAS)
+        if bias is not None:
+            if not isinstance(bias, dict):
+                raise UsageError(f"logit_bias must map token ids to numbers, got {type(bias).__name__}")
+            outside = [t for t in bias if not isinstance(t, int) or t < 0 or (self.vocab_size and t >= self.vocab_size)]
+            if outside:
+                raise UsageError(f"logit_bias names ids outside the model's vocabulary of {self.vocab_size}: {outside[:5]}")
 
     def _launch(self, loop: asyncio.AbstractEventLoop, key: tuple) -> None:
         batch = self._pending.get(loop, {}).pop(key, None)
@@ -214,6 +293,10 @@ class HFTokenEngine:
 
         tokens: list[list[int]] = [[] for _ in batch]
         logprobs: list[list[float]] = [[] for _ in batch]
+        tops: list[list[dict[int, float]]] = [[] for _ in batch]
+        top_k = [int(r.sampling.extra.get(TOP_LOGPROBS) or 0) for r in batch]
+        wants_top = [r.sampling.extra.get(TOP_LOGPROBS) is not None for r in batch]
+        adjust = _Adjustments.of(batch, device)
         reasons: list[str | None] = [None] * size
         done = [limit == 0 for limit in limits]
         for i in range(size):
@@ -235,15 +318,27 @@ class HFTokenEngine:
             )
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()
-            chosen, chosen_logprobs = self._sample(logits, temperature, first.top_p, first.top_k, mode, generators)
+            chosen, chosen_logprobs, table = self._sample(
+                logits, temperature, first.top_p, first.top_k, mode, generators, adjust
+            )
             # one transfer to Python per step, not one tensor index per row
             chosen_list, logprob_list = chosen.tolist(), chosen_logprobs.tolist()
+            top_lists = _top_entries(table, max(top_k)) if any(wants_top) else None
+            if adjust is not None:
+                adjust.count(chosen, done)
             for i, request in enumerate(batch):
                 if done[i]:
                     continue
                 token = chosen_list[i]
                 tokens[i].append(token)
                 logprobs[i].append(logprob_list[i])
+                top = None
+                if top_lists is not None and wants_top[i]:
+                    top = dict(top_lists[i][: top_k[i]])
+                    top.setdefault(token, logprob_list[i])  # the sampled id always has its entry
+                    tops[i].append(top)
+                if request.sink is not None:
+                    request.sink(token, logprob_list[i], top, version)
                 if token in request.stop_ids or self._hit_stop_string(request, tokens[i]):
                     done[i], reasons[i] = True, STOP
                 elif len(tokens[i]) >= limits[i]:
@@ -255,7 +350,10 @@ class HFTokenEngine:
             )
             attention = torch.cat([attention, torch.ones((size, 1), dtype=attention.dtype, device=device)], dim=-1)
             positions = positions[:, -1:] + 1
-        return [TokenOutput(tokens[i], logprobs[i], reasons[i], version) for i in range(size)]
+        return [
+            TokenOutput(tokens[i], logprobs[i], reasons[i], version, tops[i] if wants_top[i] else None)
+            for i in range(size)
+        ]
 
     def _sample(
         self,
@@ -265,16 +363,25 @@ class HFTokenEngine:
         top_k: int | None,
         mode: str,
         generators: list[Any],
-    ) -> tuple[Any, Any]:
+        adjust: _Adjustments | None = None,
+    ) -> tuple[Any, Any, Any]:
+        """The sampled ids, their logprobs in ``mode`` and the table those logprobs come from.
+
+        ``adjust`` (logit bias, penalties) changes what is drawn from; the ``"raw"`` and ``"scaled"``
+        tables stay the policy's own (what a trainer recomputes), ``"processed"`` includes it."""
         import torch
 
         raw = torch.log_softmax(logits, dim=-1)
+        drawn = logits if adjust is None else adjust.apply(logits)
         if temperature == 0:
-            chosen = logits.argmax(dim=-1)
+            chosen = drawn.argmax(dim=-1)
             picked = raw.gather(-1, chosen[:, None]).squeeze(-1)
-            return chosen, torch.zeros_like(picked) if mode == "processed" else picked
+            if mode == "processed":
+                certain = torch.full_like(raw, float("-inf")).scatter(-1, chosen[:, None], 0.0)
+                return chosen, torch.zeros_like(picked), certain
+            return chosen, picked, raw
         scaled = logits / temperature
-        filtered = scaled
+        filtered = drawn / temperature
         if top_k is not None and 0 < top_k < filtered.shape[-1]:
             kth = torch.topk(filtered, top_k, dim=-1).values[:, -1:]
             filtered = filtered.masked_fill(filtered < kth, float("-inf"))
@@ -297,7 +404,7 @@ class HFTokenEngine:
             table = torch.log_softmax(scaled, dim=-1)
         else:
             table = torch.log_softmax(filtered, dim=-1)
-        return chosen, table.gather(-1, chosen[:, None]).squeeze(-1)
+        return chosen, table.gather(-1, chosen[:, None]).squeeze(-1), table
 
     def _hit_stop_string(self, request: _Request, tokens: list[int]) -> bool:
         stops = request.sampling.stop
@@ -306,6 +413,70 @@ class HFTokenEngine:
         window = max(len(s) for s in stops) * 4 + 1  # a character is at most 4 byte-level tokens
         text = self.tokenizer.decode(tokens[-window:], skip_special_tokens=False)
         return any(s and s in text for s in stops)
+
+
+class _Adjustments:
+    """Per-row logit bias and presence / frequency penalties of one batch (OpenAI's definitions:
+    ``logits[j] += bias[j] - presence * (count[j] > 0) - frequency * count[j]``, counts over the
+    ids this generation sampled so far). Tensors are made at the first step, as wide as the logits."""
+
+    def __init__(self, biases: list[dict[int, float]], presence: list[float], frequency: list[float], device: Any):
+        self.biases, self.presence_list, self.frequency_list, self.device = biases, presence, frequency, device
+        self.bias: Any = None
+        self.counts: Any = None
+        self.presence: Any = None
+        self.frequency: Any = None
+
+    @classmethod
+    def of(cls, batch: list[_Request], device: Any) -> _Adjustments | None:
+        biases = [{int(t): float(v) for t, v in (r.sampling.extra.get(LOGIT_BIAS) or {}).items()} for r in batch]
+        presence = [float(r.sampling.extra.get(PRESENCE_PENALTY) or 0.0) for r in batch]
+        frequency = [float(r.sampling.extra.get(FREQUENCY_PENALTY) or 0.0) for r in batch]
+        if not any(biases) and not any(presence) and not any(frequency):
+            return None
+        return cls(biases, presence, frequency, device)
+
+    def _build(self, width: int) -> None:
+        import torch
+
+        if any(self.biases):
+            self.bias = torch.zeros((len(self.biases), width), dtype=torch.float32)
+            for i, row in enumerate(self.biases):
+                for token, value in row.items():
+                    self.bias[i, token] = value
+            self.bias = self.bias.to(self.device)
+        if any(self.presence_list) or any(self.frequency_list):
+            self.presence = torch.tensor(self.presence_list, device=self.device)[:, None]
+            self.frequency = torch.tensor(self.frequency_list, device=self.device)[:, None]
+            self.counts = torch.zeros((len(self.biases), width), dtype=torch.float32, device=self.device)
+
+    def apply(self, logits: Any) -> Any:
+        if self.bias is None and self.counts is None:
+            self._build(logits.shape[-1])
+        out = logits
+        if self.bias is not None:
+            out = out + self.bias
+        if self.counts is not None:
+            out = out - self.presence * (self.counts > 0).float() - self.frequency * self.counts
+        return out
+
+    def count(self, chosen: Any, done: list[bool]) -> None:
+        if self.counts is None:
+            return
+        import torch
+
+        live = torch.tensor([not d for d in done], dtype=torch.float32, device=chosen.device)
+        self.counts.scatter_add_(-1, chosen[:, None], live[:, None])
+
+
+def _top_entries(table: Any, k: int) -> list[list[tuple[int, float]]]:
+    """The ``k`` most likely ids of each row of a logprob table, as (id, logprob) pairs."""
+    import torch
+
+    if k <= 0:
+        return [[] for _ in range(table.shape[0])]
+    values, ids = torch.topk(table, min(k, table.shape[-1]), dim=-1)
+    return [list(zip(row_ids, row_values, strict=True)) for row_ids, row_values in zip(ids.tolist(), values.tolist(), strict=True)]
 
 
 def _default_stops(model: Any, tokenizer: Any) -> set[int]:

@@ -8,7 +8,7 @@ and stop ids like a real engine (cutting the scripted output and reporting ``"le
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from aworld_core.errors import UsageError
@@ -30,9 +30,21 @@ class ScriptedCall:
 
 class ScriptedTokenEngine:
     """Answers from ``script``: a list of outputs used in order, or ``f(prompt_ids, sampling,
-    request_id)``. A bare id list gets logprob ``-0.5`` per token and ``version``."""
+    request_id)``. A bare id list gets logprob ``-0.5`` per token and ``version``.
 
-    def __init__(self, script: Script | Iterable[TokenOutput | list[int]], *, version: int = 0, delay_s: float = 0.0):
+    ``stream()`` hands the planned ids over one at a time, ``token_delay_s`` apart (a test of a
+    streaming client sees them arrive). ``features`` declares what else the script honours (a test
+    that scripts ``top_logprobs`` says so); by default nothing beyond the protocol."""
+
+    def __init__(
+        self,
+        script: Script | Iterable[TokenOutput | list[int]],
+        *,
+        version: int = 0,
+        delay_s: float = 0.0,
+        token_delay_s: float = 0.0,
+        features: Iterable[str] = (),
+    ):
         if callable(script):
             self._script: Script = script
         else:
@@ -46,6 +58,8 @@ class ScriptedTokenEngine:
             self._script = pop
         self.version = version
         self.delay_s = delay_s
+        self.token_delay_s = token_delay_s
+        self.features = frozenset(features)
         self.calls: list[ScriptedCall] = []
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams, *, request_id: str) -> TokenOutput:
@@ -73,6 +87,24 @@ class ScriptedTokenEngine:
             None if logprobs is None else logprobs[:n],
             reason,
             planned.version if isinstance(planned.version, int) or planned.version is None else versions[:n],
+            None if planned.top_logprobs is None else planned.top_logprobs[:n],
         )
         self.calls.append(ScriptedCall(request_id, list(prompt_ids), sampling, output))
         return output
+
+    async def stream(self, prompt_ids: list[int], sampling: SamplingParams, *, request_id: str) -> AsyncIterator[TokenOutput]:
+        output = await self.generate(prompt_ids, sampling, request_id=request_id)
+        versions = output.versions()
+        n = len(output.token_ids)
+        for i in range(n):
+            if self.token_delay_s:
+                await asyncio.sleep(self.token_delay_s)
+            yield TokenOutput(
+                [output.token_ids[i]],
+                None if output.logprobs is None else [output.logprobs[i]],
+                output.stop_reason if i == n - 1 else None,
+                [versions[i]],
+                None if output.top_logprobs is None else [output.top_logprobs[i]],
+            )
+        if n == 0:
+            yield TokenOutput([], None if output.logprobs is None else [], output.stop_reason, [], None)
