@@ -335,7 +335,6 @@ class HFTokenEngine:
                 top = None
                 if top_lists is not None and wants_top[i]:
                     top = dict(top_lists[i][: top_k[i]])
-                    top.setdefault(token, logprob_list[i])  # the sampled id always has its entry
                     tops[i].append(top)
                 if request.sink is not None:
                     request.sink(token, logprob_list[i], top, version)

@@ -310,10 +310,16 @@ class TokenLLM:
             if session.compaction_pending:
                 restart_start = SEGMENT_COMPACTION
 
-        # a constrained turn (tool_choice, one call at most): its forced ids are env tokens (mask 0)
+        # a constrained turn (tool_choice, one call at most): its forced ids were not sampled (mask 0),
+        # the end of a segment's prompt when it is the segment's first turn, else env tokens
         conversation = [*session.history, *msgs[len(session.history) :]] if continued and restart_prompt is None else msgs
         forced, sampling = plan_turn(self, rendered, conversation, session.tools, sampling)
-        env = [*env, *forced]
+        if restart_prompt is not None:
+            restart_prompt = [*restart_prompt, *forced]
+        elif not session.response_ids and session.num_turns == 0:  # a new session (stored only on success)
+            session.prompt_ids = [*session.prompt_ids, *forced]
+        else:
+            env = [*env, *forced]
 
         budget = self.max_response_tokens
         base = session.sequence() if restart_prompt is None else restart_prompt
