@@ -123,8 +123,14 @@ $(STAMPS)/mcp-conformance: $(STAMPS)/core requirements/mcp-conformance.txt
 # tests
 # ---------------------------------------------------------------------------------------------
 
+# every test command runs in a network namespace of its own with only lo (the installs before it
+# stay outside): nothing a test or a library under it does can leave the machine, DNS included.
+# Root (CI) or unprivileged user namespaces; otherwise it stops with what to do
+# (AWORLD_TEST_NETWORK=host runs on the host's network after a loud warning). scripts/offline-run.sh
+OFFLINE := scripts/offline-run.sh --
+
 lint: venv
-	$(BIN)/python -m ruff check .
+	$(OFFLINE) $(BIN)/python -m ruff check .
 
 postgres:
 	@scripts/postgres-for-tests.sh >/dev/null || echo "WARNING: PostgreSQL could not be started; the PostgreSQL tests will be SKIPPED"
@@ -142,23 +148,23 @@ sysdeps:
 	  $$SUDO apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$MISSING >/dev/null; }
 
 test-core: venv postgres sysdeps $(STAMPS)/mcp-conformance
-	$(BIN)/python -m pytest $(wildcard $(CORE_TESTS))
+	$(OFFLINE) $(BIN)/python -m pytest $(wildcard $(CORE_TESTS))
 
 test-verl: $(if $(wildcard tests/verl plugins/aworld-verl/test-env.txt),$(STAMPS)/verl $(STAMPS)/vllm)
-	@if [ -d tests/verl ]; then $(VENVS)/verl/bin/python -m pytest tests/verl; fi
+	@if [ -d tests/verl ]; then $(OFFLINE) $(VENVS)/verl/bin/python -m pytest tests/verl; fi
 
 test-areal: $(if $(wildcard plugins/aworld-areal/test-env.txt),$(STAMPS)/areal $(STAMPS)/vllm)
-	@if [ -d tests/areal ] && [ -f plugins/aworld-areal/test-env.txt ]; then $(VENVS)/areal/bin/python -m pytest tests/areal; fi
+	@if [ -d tests/areal ] && [ -f plugins/aworld-areal/test-env.txt ]; then $(OFFLINE) $(VENVS)/areal/bin/python -m pytest tests/areal; fi
 
 test-swift: $(if $(wildcard plugins/aworld-swift/test-env.txt),$(STAMPS)/swift)
-	@if [ -d tests/swift ] && [ -f plugins/aworld-swift/test-env.txt ]; then $(VENVS)/swift/bin/python -m pytest tests/swift; fi
+	@if [ -d tests/swift ] && [ -f plugins/aworld-swift/test-env.txt ]; then $(OFFLINE) $(VENVS)/swift/bin/python -m pytest tests/swift; fi
 
 test-swift-vllm: $(if $(wildcard tests/swift_vllm),$(STAMPS)/swift-vllm)
-	@if [ -d tests/swift_vllm ]; then $(VENVS)/swift-vllm/bin/python -m pytest tests/swift_vllm; fi
+	@if [ -d tests/swift_vllm ]; then $(OFFLINE) $(VENVS)/swift-vllm/bin/python -m pytest tests/swift_vllm; fi
 
 # the real vLLM engine (CPU build): token engine, fidelity, aworld-trl rollouts on vLLM
 test-vllm: $(if $(wildcard tests/on_vllm),$(STAMPS)/vllm)
-	@if [ -d tests/on_vllm ]; then $(VENVS)/vllm/bin/python -m pytest tests/on_vllm; fi
+	@if [ -d tests/on_vllm ]; then $(OFFLINE) $(VENVS)/vllm/bin/python -m pytest tests/on_vllm; fi
 
 # wheels and sdists of every distribution, installed by name in a fresh environment (in build/)
 test-wheels: venv

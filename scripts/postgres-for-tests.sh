@@ -9,7 +9,9 @@
 # of the checkout path> when the 'postgres' user cannot enter the checkout), runs as the 'postgres' user
 # (PostgreSQL refuses to run as root), listens on a free port, trusts local connections (it is
 # a test server on loopback), and has a database 'aworld_test'. Its URL is printed and written
-# to .stamps/postgres.url, where tests/service reads it (AWORLD_TEST_POSTGRES_URL wins when set).
+# to .stamps/postgres.url, where tests/service reads it (AWORLD_TEST_POSTGRES_URL wins when set);
+# the path of its unix socket goes to .stamps/postgres.socket, through which
+# scripts/offline-run.sh reaches it from a test suite's own network namespace.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,6 +21,7 @@ DATA="$BASE/data"
 SOCK="$BASE/sock"
 LOG="$BASE/server.log"
 URL_FILE="$STAMPS/postgres.url"
+SOCKET_FILE="$STAMPS/postgres.socket"
 DB=aworld_test
 PG_USER=postgres
 
@@ -70,7 +73,7 @@ if [ "${1:-start}" = stop ]; then
             as_pg "$BINDIR/pg_ctl" -D "$base/data" -m fast -w stop >&2 || true
         fi
     done
-    rm -f "$URL_FILE"
+    rm -f "$URL_FILE" "$SOCKET_FILE"
     exit 0
 fi
 
@@ -131,4 +134,5 @@ fi
 
 URL="postgresql://$PG_USER@127.0.0.1:$PORT/$DB"
 echo "$URL" >"$URL_FILE"
+echo "$SOCK/.s.PGSQL.$PORT" >"$SOCKET_FILE"
 echo "$URL"
