@@ -141,6 +141,7 @@ class VllmServer:
         self.log_path = Path(log_path) if log_path else None
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s = 0.0
+        self._spawned_at: float | None = None
 
     @property
     def base_url(self) -> str:
@@ -157,8 +158,14 @@ class VllmServer:
         return self.spec.argv(self.port)
 
     def start(self) -> VllmServer:
-        started = time.monotonic()
-        if self.managed:
+        """Start the process (when managed) and wait for ``/health``."""
+        return self.spawn().wait_ready()
+
+    def spawn(self) -> VllmServer:
+        """Start the process and return at once (``wait_ready`` waits for it): the caller can do
+        other work while vLLM loads (its start-up takes tens of seconds on a CPU)."""
+        self._spawned_at = time.monotonic()
+        if self.managed and self.proc is None:
             if not self.spec.model:
                 raise UsageError("the vLLM server spec names no model directory ('model')")
             env = {**os.environ, **self.spec.child_env()}
@@ -172,6 +179,11 @@ class VllmServer:
                                                  start_new_session=True)
                 except OSError as exc:
                     raise UsageError(f"could not start the vLLM server ({self.argv()[0]}): {exc}") from exc
+        return self
+
+    def wait_ready(self) -> VllmServer:
+        """Wait for ``/health`` (``spec.startup_timeout_s``); ``startup_s`` counts from ``spawn``."""
+        started = self._spawned_at or time.monotonic()
         self.wait_healthy(self.spec.startup_timeout_s)
         self.startup_s = time.monotonic() - started
         return self
