@@ -11,10 +11,17 @@ import json
 import httpx
 import openai
 import pytest
-from support.gateway_clients import RecordingEngine, ToolPolicy, qwen_llm, scripted_calls, start_gateway, tool_schema
 
 from aworld_core.testing import check_segments
 from aworld_core.tokens import HFTokenEngine, ScriptedTokenEngine
+from support.gateway_clients import (
+    RecordingEngine,
+    ToolPolicy,
+    qwen_llm,
+    scripted_calls,
+    start_gateway,
+    tool_schema,
+)
 
 pytest_plugins = ["aworld_core.testing.fixtures"]
 
