@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from aworld_core import Agent, AgentConfig, AgentTrainer
+from aworld_core.agents.compaction import CompactionConfig
 from aworld_core.agents.factory import agent_from_job
 from aworld_core.config import AgentSection, load_job_config
 from aworld_core.errors import ConfigError, UsageError
@@ -43,6 +45,8 @@ def _non_default(name: str, info: FieldInfo) -> Any:
         return default + 1 if isinstance(default, int) else 3
     if kinds == [float]:
         return default * 2 if isinstance(default, float) else 0.5
+    if name == "compaction":  # a nested section travels as its full JSON form
+        return CompactionConfig(strategy="summary", max_context_tokens=512, summary_max_tokens=64).model_dump()
     pytest.fail(f"teach _non_default a value for AgentConfig.{name} ({info.annotation})")
 
 
@@ -61,7 +65,8 @@ def _config(tmp_path: Path, **extra: Any) -> dict[str, Any]:
 def _assert_same_conf(built: Any, values: dict[str, Any]) -> None:
     assert isinstance(built, Agent)
     for name in AgentConfig.model_fields:
-        assert getattr(built.conf, name) == values[name], name
+        value = getattr(built.conf, name)
+        assert (value.model_dump() if isinstance(value, BaseModel) else value) == values[name], name
 
 
 def test_the_job_section_extends_agent_config_and_lists_no_field_twice():

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
+from aworld_core.agents.compaction import CompactionConfig
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import SamplingParams
 from aworld_core.tools.mcp_config import MCPConfig, MCPServerConfig, parse_mcp_config, select_servers
@@ -61,6 +62,11 @@ class AgentConfig(BaseModel):
     tool_timeout_s: float = Field(default=60.0, gt=0, description="One tool call.")
     episode_timeout_s: float | None = Field(default=None, gt=0, description="Whole episode; None: none.")
     mcp_connect_retries: int = Field(default=2, ge=0, description="Retries to reach MCP servers at start.")
+    compaction: CompactionConfig | None = Field(
+        default=None,
+        description="Keep the context within max_context_tokens: truncate or drop old tool results, or have the "
+        "policy summarize its history (aworld_core.agents.compaction); None: the context grows.",
+    )
 
     @classmethod
     def parse(cls, data: dict[str, Any], where: str = "conf", agent: str | None = None) -> AgentConfig:

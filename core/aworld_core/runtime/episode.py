@@ -26,6 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aworld_core.agents.agent import Agent
+from aworld_core.agents.compaction import (
+    CompactionConfig,
+    compact_tool_results,
+    context_tokens,
+    summary_request,
+    with_summary,
+)
 from aworld_core.agents.swarm import Swarm
 from aworld_core.aio import gather_settled, maybe_await
 from aworld_core.errors import EpisodeInputError, LLMError, MCPConnectionError, UsageError
@@ -75,6 +82,25 @@ class _EpisodeEnded(EndEpisode):
     def __init__(self, result: _Result):
         super().__init__(result.stop)
         self.result = result
+
+
+@dataclass
+class Compactor:
+    """One conversation's compaction state: the config, how many messages its first prompt has,
+    the last call's usage and how many messages it covered, and the compactions so far."""
+
+    config: CompactionConfig
+    first: int
+    last_usage: dict[str, int] | None = None
+    counted: int = 0
+    count: int = 0
+
+    def seen(self, response: Any, messages: int) -> None:
+        self.last_usage, self.counted = response.usage, messages
+
+    def compacted(self, messages: int) -> None:
+        self.count += 1
+        self.last_usage, self.counted = None, messages
 
 
 @dataclass
@@ -237,12 +263,18 @@ class _Run:
         toolbox = self.toolboxes[agent.name]
         tools = toolbox.schemas() or None
         task_id = self.episode.task_id
+        compactor = Compactor(agent.conf.compaction, len(messages)) if agent.conf.compaction else None
         for step_no in range(1, self.steps_limit(agent) + 1):
+            if compactor is not None and step_no > 1:
+                await self.compact(compactor, agent, client, session_id if trained else None, messages, tools,
+                                   sampling, from_agent, pre_agent, step_no)
             started_at = time.time()
             started = time.perf_counter()
             sent = list(messages)
             response = await client.chat(sent, tools, sampling, session_id=session_id)
             messages.append(response.message())
+            if compactor is not None:
+                compactor.seen(response, len(messages))
             calls = list(response.tool_calls)
             step = TrajectoryStep(
                 exp_meta=ExpMeta(task_id=task_id, agent_id=agent.name, step=step_no, pre_agent=pre_agent, started_at=started_at),
@@ -270,6 +302,45 @@ class _Run:
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result.content})
             step.exp_meta.duration_s = time.perf_counter() - started
         return _Result(None, STOP_MAX_STEPS, agent.name)
+
+    async def compact(
+        self, compactor: Compactor, agent: Agent, client: Any, session_id: str | None, messages: list[Message],
+        tools: Any, sampling: SamplingParams, from_agent: str, pre_agent: str | None, step_no: int,
+    ) -> None:
+        """Compact ``messages`` in place when the next call's context would pass the agent's budget
+        (``aworld_core.agents.compaction``); a summary is one more recorded (and trained) LLM call."""
+        config = compactor.config
+        if compactor.count >= config.max_compactions:
+            return
+        size = context_tokens(client, session_id, messages, tools, compactor.last_usage, compactor.counted)
+        if size <= config.max_context_tokens:
+            return
+        if config.strategy == "summary":
+            started_at, started = time.time(), time.perf_counter()
+            sent = summary_request(messages, config)
+            ask = sampling if config.summary_max_tokens is None else sampling.model_copy(
+                update={"max_tokens": config.summary_max_tokens})
+            response = await client.chat(sent, tools, ask, session_id=session_id)
+            self.episode.steps.append(TrajectoryStep(
+                exp_meta=ExpMeta(task_id=self.episode.task_id, agent_id=agent.name, step=step_no, pre_agent=pre_agent,
+                                 started_at=started_at, duration_s=time.perf_counter() - started),
+                exp_data=ExpData(state=ExpState(from_agent_name=from_agent, content=response.content),
+                                 messages=sent, llm_call=response.to_record()),
+            ))
+            if response.finish_reason == STOP_LENGTH and self.uses_trained_llm(agent):
+                raise _EpisodeEnded(_Result(None, STOP_LENGTH, agent.name))
+            compacted = with_summary(messages[: compactor.first], response.content or "")
+        else:
+            compacted = compact_tool_results(messages, config)
+            if compacted is None:
+                return  # nothing old enough to compact: the context grows
+        note = getattr(client, "note_compaction", None)
+        if session_id is not None and note is not None:
+            note(session_id)  # the next call begins a training segment marked "compaction"
+        messages[:] = compacted
+        compactor.compacted(len(messages))
+        self.episode.metadata.setdefault("compactions", []).append(
+            {"agent": agent.name, "step": step_no, "strategy": config.strategy, "context_tokens": size})
 
     async def execute(self, question: str, prompt: list[Message] | None) -> _Result:
         try:

@@ -394,6 +394,25 @@ class TokenLLM:
             session.segment_index - 1, closed.sampled_tokens, closed.num_turns, session.segment_index, len(prompt),
         )
 
+    def context_tokens(
+        self, session_id: str, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> int:
+        """The prompt length a call with ``messages`` would have in ``session_id`` now: the
+        session's tokens plus the template's render of the new messages when they extend its
+        conversation, else a fresh render (for an agent that keeps its context within a budget)."""
+        msgs = normalize_messages(messages)
+        session = self.session(session_id)
+        if session is None:
+            return len(self.renderer.prompt_ids(msgs, tools))
+        if extends(session.history, msgs, frozenset(session.unparsed_calls)):
+            delta = self.renderer.delta(
+                session.history, msgs[len(session.history) :], session.tools,
+                previous=session.rendered, last_sampled=session.last_sampled_id,
+            )
+            if not delta.restart:
+                return len(session.sequence()) + len(delta.ids)
+        return len(self.renderer.prompt_ids(msgs, session.tools))
+
     def note_compaction(self, session_id: str) -> None:
         """The agent is about to send a compacted conversation in ``session_id``: the segment that
         restart begins is marked ``compaction`` (else ``rewrite``). Nothing else changes."""
