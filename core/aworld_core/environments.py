@@ -36,7 +36,11 @@ def running_environment(command: list[str], servers: list[str] | None = None,
     """
     if command and command[0] in ("python", "python3"):
         command = [sys.executable, *command[1:]]  # the environment's Python, not whatever is on PATH
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    from aworld_core.offline import with_offline_env
+
+    env = {**os.environ, **with_offline_env({})}  # telemetry off there too (a GAIA env starts Chromium)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            env=env)
     lines: queue.Queue[str | None] = queue.Queue()
     seen: list[str] = []
 

@@ -85,7 +85,20 @@ def plan_job(backend: str, job: Any) -> tuple[Any, Any]:
             f"the job sets sft: (supervised fine-tuning on trajectories), which backend '{backend}' does not "
             f"train; use the trl, verl or ms-swift backend, or remove sft: for RL"
         )
+    _add_offline_env(plan, job)
     return plan, output_dir
+
+
+def _add_offline_env(plan: Any, job: Any) -> None:
+    """Telemetry and (for a job on local paths) hub lookups off in what the plan launches, for
+    every backend alike, so ``--dry-run`` shows them (``aworld_core.offline``)."""
+    import os
+
+    from aworld_core.offline import job_offline_env, plan_note
+
+    added = job_offline_env(job, {**os.environ, **plan.env})
+    plan.env = {**added, **plan.env}
+    plan.notes.append(plan_note(job, added))
 
 
 def launch_job(backend: str, job: Any, plan: Any) -> Any:
@@ -94,17 +107,19 @@ def launch_job(backend: str, job: Any, plan: Any) -> Any:
 
     from aworld_core.aio import maybe_await
     from aworld_core.imports import import_ref
+    from aworld_core.offline import offline_env_applied
     from aworld_core.plugins import get_plugin_manager
     from aworld_core.validation import require_framework
 
     manager = get_plugin_manager()
     require_framework(backend)
-    if job.model is not None and job.model.build and not Path(job.resolve_path(job.model.path)).exists():
-        import_ref(job.model.build, job.base_dir)(job.resolve_path(job.model.path))
-    _export_secrets(job)
-    with job_environment(job):
-        result = manager.hook.launch_trainer(backend=backend, job=job, plan=plan)
-        return asyncio.run(maybe_await(result)) if asyncio.iscoroutine(result) else result
+    with offline_env_applied(job):  # the model build, the environment and an in-process trainer
+        if job.model is not None and job.model.build and not Path(job.resolve_path(job.model.path)).exists():
+            import_ref(job.model.build, job.base_dir)(job.resolve_path(job.model.path))
+        _export_secrets(job)
+        with job_environment(job):
+            result = manager.hook.launch_trainer(backend=backend, job=job, plan=plan)
+            return asyncio.run(maybe_await(result)) if asyncio.iscoroutine(result) else result
 
 
 def job_environment(job: Any) -> Any:

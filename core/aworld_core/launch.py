@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +31,32 @@ def plan_cwd(plan: LaunchPlan, output_dir: Path) -> Path:
     return out / plan.cwd if plan.cwd else out
 
 
+@contextlib.contextmanager
+def _plan_env_in_process(env: dict[str, str]) -> Iterator[None]:
+    """``plan.env`` for an in-process entry point, as a command gets it: set while it runs (the
+    telemetry opt-outs among them), what was there before put back after, so a program that
+    trains through ``AgentTrainer`` keeps its own environment afterwards."""
+    before = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def execute_plan(plan: LaunchPlan, output_dir: Path) -> TrainResult:
     """Run ``plan``; a non-zero exit or an exception in the entry point is reported, not hidden."""
     output_dir = Path(output_dir).absolute()
     output_dir.mkdir(parents=True, exist_ok=True)
     artifacts = write_plan_files(plan, output_dir)
     if plan.entrypoint:
-        func = import_ref(plan.entrypoint)
-        outcome: Any = func(**plan.entrypoint_kwargs)
+        with _plan_env_in_process(plan.env):  # before the entry point imports its framework
+            func = import_ref(plan.entrypoint)
+            outcome: Any = func(**plan.entrypoint_kwargs)
         if isinstance(outcome, TrainResult):
             return outcome
         metrics = outcome if isinstance(outcome, dict) else {}

@@ -161,22 +161,26 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         register_settings_secrets()
         job = load_job_config(args.config, args.overrides)
         register_job_secrets(job)
-        if args.eval:
-            return run_eval(job, args.limit, out)
-        backend = choose_backend(args.backend, job)
-        job = job.model_copy(update={"backend": backend})
-        from aworld_core.validation import validate_job
+        from aworld_core.offline import offline_env_applied
 
-        validate_job(backend, job)  # the same checks for --dry-run and a launch: the same refusals
-        plan, output_dir = plan_job(backend, job)
-        if args.dry_run:
-            out.write(format_plan(plan, job, output_dir))
-            return 0
-        result = launch_job(backend, job, plan)
-        out.write(f"done: backend={backend} output={result.output_dir}\n")
-        for key, value in sorted(result.metrics.items()):
-            out.write(f"  {key}: {value}\n")
-        return result.returncode
+        # telemetry (and, on local paths, hub lookups) off before anything imports a framework
+        with offline_env_applied(job):
+            if args.eval:
+                return run_eval(job, args.limit, out)
+            backend = choose_backend(args.backend, job)
+            job = job.model_copy(update={"backend": backend})
+            from aworld_core.validation import validate_job
+
+            validate_job(backend, job)  # the same checks for --dry-run and a launch: the same refusals
+            plan, output_dir = plan_job(backend, job)
+            if args.dry_run:
+                out.write(format_plan(plan, job, output_dir))
+                return 0
+            result = launch_job(backend, job, plan)
+            out.write(f"done: backend={backend} output={result.output_dir}\n")
+            for key, value in sorted(result.metrics.items()):
+                out.write(f"  {key}: {value}\n")
+            return result.returncode
     except AworldError as exc:
         sys.stderr.write(mask(f"error: {exc}\n"))
         return exc.exit_code

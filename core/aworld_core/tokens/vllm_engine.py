@@ -127,6 +127,9 @@ class VLLMTokenEngine:
 
     async def _start(self) -> None:
         _require_vllm()
+        from aworld_core.offline import apply_offline_env
+
+        apply_offline_env()  # vLLM's usage statistics off before vLLM is imported (its engine core inherits)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
