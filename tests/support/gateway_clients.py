@@ -75,15 +75,18 @@ class RecordingEngine:
         self.engine = engine
         self.features = engine_features(engine) - {"stream"}
         self.calls: dict[str, list[tuple[list[int], TokenOutput]]] = {}
+        self.samplings: dict[str, list[Any]] = {}  # the SamplingParams of each call
         if callable(getattr(engine, "stream", None)):
             self.stream = self._stream
 
     async def generate(self, prompt_ids: list[int], sampling: Any, *, request_id: str) -> TokenOutput:
+        self.samplings.setdefault(request_id, []).append(sampling)
         out = await self.engine.generate(prompt_ids, sampling, request_id=request_id)
         self.calls.setdefault(request_id, []).append((list(prompt_ids), out))
         return out
 
     async def _stream(self, prompt_ids: list[int], sampling: Any, *, request_id: str) -> AsyncIterator[TokenOutput]:
+        self.samplings.setdefault(request_id, []).append(sampling)
         ids: list[int] = []
         logprobs: list[float] = []
         versions: list[int] = []

@@ -344,6 +344,8 @@ class Gateway:
                 )
             response = await run(req.turn)
         except AworldError as exc:  # every failure of the token path is an OpenAI error response
+            if isinstance(exc, TurnRefused) and exc.param == "response_format":
+                exc.param = "text"  # the Responses API asks for structured output in text.format
             return _failure(exc, session_id)
         response_id = rs.new_id("resp")
         logprobs = self._response_logprobs(response, req.turn) if req.logprobs else None
