@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aworld_core.schemas import Episode, Sample
+from aworld_core.schemas import Episode, Sample, SamplingParams
 
 
 @dataclass
@@ -55,14 +55,17 @@ async def evaluate(
     max_steps: int | None = None,
     base_dir: str | None = None,
     accuracy_threshold: float = 1.0,
+    sampling: SamplingParams | None = None,
 ) -> EvalReport:
     """Run ``agent`` on every sample (at most ``concurrency`` at once) and score each episode.
 
     ``accuracy`` is the share of samples whose reward reaches ``accuracy_threshold`` (1.0: full
     credit); failed episodes and failed rewards count as wrong. Trajectories are appended to
-    ``output`` (JSONL) as episodes finish, so an interrupted run keeps what it did.
+    ``output`` (JSONL) as episodes finish, so an interrupted run keeps what it did. ``sampling``
+    overrides the trained agents' sampling (e.g. greedy decoding for a held-out evaluation).
     """
     from aworld_core.export import JsonlEpisodeWriter
+    from aworld_core.schemas import RolloutContext
     from aworld_core.worker.episodes import EpisodeRunner
 
     runner = EpisodeRunner(agent, llm, reward=reward, base_dir=base_dir, timeout=timeout, max_steps=max_steps,
@@ -72,7 +75,7 @@ async def evaluate(
     started = time.perf_counter()
 
     async def one(sample: Sample) -> Episode:
-        episode = await runner.run(sample)
+        episode = await runner.run(sample, RolloutContext(sampling=sampling) if sampling is not None else None)
         if writer is not None:
             writer.write(episode)
         if bar is not None:
