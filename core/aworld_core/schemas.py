@@ -201,6 +201,8 @@ class ActionResult(_Model):
     is_error: bool = False
     error: str | None = None
     duration_s: float | None = None
+    # an MCP server's requests for user input (elicitation) during the call and the answers given
+    elicitations: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class LLMCall(_Model):

@@ -2,8 +2,9 @@
 
 The one place that knows a job's secrets (:func:`job_secrets`): ``agent.llm_api_key``, in
 ``agent.mcp_config`` every header of a server whose name says it carries a credential
-(``Authorization``, ``X-Api-Key``, ``*token*``, ...) and every such variable of a stdio server's
-``env`` (:func:`is_secret_name`), and every such ``agent.options`` entry (a factory's keyword
+(``Authorization``, ``X-Api-Key``, ``*token*``, ...), every such variable of a stdio server's
+``env`` (:func:`is_secret_name`) and its OAuth ``auth`` secrets (``client_secret``,
+``refresh_token``), and every such ``agent.options`` entry (a factory's keyword
 argument). Nothing that leaves the process holds them:
 
 * plan files and the printed plan hold an environment-variable reference, ``{"env": "NAME"}``
@@ -59,10 +60,15 @@ def _env_part(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").upper() or "X"
 
 
-def mcp_env_name(server: str, header: str | None = None, env_var: str | None = None) -> str:
+def mcp_env_name(
+    server: str, header: str | None = None, env_var: str | None = None, auth_field: str | None = None
+) -> str:
     """The variable carrying an MCP server's secret: ``AWORLD_MCP_TOKEN_<SERVER>`` for its
     ``Authorization`` header, ``AWORLD_MCP_<SERVER>_HEADER_<NAME>`` for another header,
-    ``AWORLD_MCP_<SERVER>_ENV_<NAME>`` for a stdio server's variable."""
+    ``AWORLD_MCP_<SERVER>_ENV_<NAME>`` for a stdio server's variable, ``AWORLD_MCP_<SERVER>_AUTH_<NAME>``
+    for its OAuth ``client_secret`` / ``refresh_token``."""
+    if auth_field is not None:
+        return f"AWORLD_MCP_{_env_part(server)}_AUTH_{_env_part(auth_field)}"
     if env_var is not None:
         return f"AWORLD_MCP_{_env_part(server)}_ENV_{_env_part(env_var)}"
     if header is not None and header.lower() == "authorization":
@@ -94,7 +100,7 @@ def job_secrets(job: Any) -> list[Secret]:
     for server, conf in servers.items():
         if not isinstance(conf, dict):
             continue
-        for section, kind in (("headers", "header"), ("env", "env_var")):
+        for section, kind in (("headers", "header"), ("env", "env_var"), ("auth", "auth_field")):
             values = conf.get(section)
             if not isinstance(values, dict):
                 continue

@@ -66,12 +66,14 @@ def server_command(*args: str) -> list[str]:
 
 
 def build_mcp_server(
-    name: str = "test-tools", tools: Iterable[str] | None = None, *, tools_ttl_ms: int | None = None
+    name: str = "test-tools", tools: Iterable[str] | None = None, *, tools_ttl_ms: int | None = None,
+    **server_options: Any,
 ) -> Any:
     """An ``MCPServer`` with the chosen test tools (all when ``tools`` is None).
 
     ``tools_ttl_ms``: the ``ttlMs`` caching hint its ``tools/list`` answers carry (the SDK's
-    default is 0, "immediately stale").
+    default is 0, "immediately stale"). ``server_options`` go to ``MCPServer`` as they are (e.g.
+    ``auth=`` and ``auth_server_provider=``: the SDK's OAuth in front of the tools).
     """
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
@@ -87,7 +89,7 @@ def build_mcp_server(
         extra["cache_hints"] = {"tools/list": CacheHint(ttl_ms=tools_ttl_ms)}
     from aworld_core import __version__
 
-    server = MCPServer(name, version=__version__, log_level="WARNING", **extra)
+    server = MCPServer(name, version=__version__, log_level="WARNING", **extra, **server_options)
     server.middleware.append(protocol_rules(chosen))
     calls = {"count": 0}
 

@@ -21,6 +21,8 @@ class ToolOutcome:
     content: str
     is_error: bool = False
     error: str | None = None
+    # an MCP server's requests for user input during the call, and how they were answered (mcp_elicitation)
+    elicitations: list[dict[str, Any]] = field(default_factory=list)
 
 
 class EndEpisode(Exception):

@@ -143,7 +143,20 @@ class MCPServerConnection:
     # -- calls -------------------------------------------------------------------------------
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout_s: float | None = None) -> ToolOutcome:
-        """Run one tool. Never raises for a tool or server failure: the outcome says what happened."""
+        """Run one tool. Never raises for a tool or server failure: the outcome says what happened
+        (with the server's requests for user input it answered on the way: ``elicitations``)."""
+        state = RequestState(headers=self.extra_headers)
+        outcome = await self._call(tool, arguments, timeout_s, state)
+        session = self.session
+        if session is not None and session.elicitations and not self.shared:
+            state.elicitations.extend(session.elicitations)
+            session.elicitations.clear()
+        outcome.elicitations.extend(state.elicitations)
+        return outcome
+
+    async def _call(
+        self, tool: str, arguments: dict[str, Any], timeout_s: float | None, state: RequestState
+    ) -> ToolOutcome:
         timeout = float(timeout_s or self.call_timeout_s)
         session = self.session
         if session is None or not session.alive:
@@ -158,12 +171,11 @@ class MCPServerConnection:
             session = self.session
             assert session is not None
         if self.shared and session.direct is not None:
-            outcome = await self._call_direct(session, tool, arguments, timeout)
+            outcome = await self._call_direct(session, tool, arguments, timeout, state)
             if outcome is not None:
                 return outcome
         client, task = session.client, session.task
         assert task is not None
-        state = RequestState(headers=self.extra_headers)
         token = REQUEST_STATE.set(state)  # the SDK sends the request in this (copied) context
         try:
             call = asyncio.ensure_future(client.call_tool(tool, arguments, read_timeout_seconds=timeout))
@@ -199,12 +211,11 @@ class MCPServerConnection:
         return _failure(f"tool '{tool}' on MCP server '{self.name}' did not answer within {timeout:g} s")
 
     async def _call_direct(
-        self, session: MCPSession, tool: str, arguments: dict[str, Any], timeout: float
+        self, session: MCPSession, tool: str, arguments: dict[str, Any], timeout: float, state: RequestState
     ) -> ToolOutcome | None:
         """One call through ``mcp_direct`` (a shared stateless session); None: the SDK makes it."""
         from aworld_core.tools.mcp_direct import HandOff
 
-        state = RequestState(headers=self.extra_headers)
         started = time.perf_counter()
         session.inflight += 1
         try:

@@ -25,6 +25,10 @@ reused by later episodes (``mcp_tool_cache.ToolListCache``). ``session`` (``auto
 ``release`` (``"METHOD URL"``, e.g. ``"DELETE {base}/workspaces/{episode_id}"``; default none) is
 the request that tells the server an episode ended, sent once per episode whatever its outcome and
 bounded by ``release_timeout`` (seconds, default 5): ``mcp_release``.
+``auth`` (``{"type": "oauth", "grant": ..., ...}``) signs in with OAuth 2.1 through the SDK
+(``mcp_auth``; its ``client_secret`` / ``refresh_token`` may be ``{"env": NAME}``).
+``elicitation`` (``decline``, ``cancel``, ``accept_defaults``; default ``decline``) answers a
+server's requests for user input; each is recorded with the tool call that caused it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.secrets import is_env_ref, resolve_env_ref
+from aworld_core.tools.mcp_auth import SECRET_FIELDS, MCPAuthConfig
 
 DEFAULT_ENV_SERVER_NAME = "aworld-mcp"
 # the GAIA environment frees an episode's workspace and browser context on this request
@@ -94,6 +99,17 @@ class MCPServerConfig(BaseModel):
         ),
     )
     release_timeout: float = Field(default=5.0, gt=0, description="Seconds the release request may take.")
+    auth: MCPAuthConfig | None = Field(
+        default=None, repr=False, description="OAuth 2.1 for this server (mcp_auth); none: headers only."
+    )
+    elicitation: Literal["decline", "cancel", "accept_defaults"] = Field(
+        default="decline",
+        description=(
+            "How a server's elicitation/create request (the server asks the user for input) is answered: "
+            "'decline' (default), 'cancel', or 'accept_defaults' (accept with the requested schema's "
+            "defaults; declined when a required field has none). Each request is recorded with the tool call."
+        ),
+    )
     command: str | None = None
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] | None = Field(default=None, repr=False)  # may hold keys
@@ -113,6 +129,17 @@ class MCPServerConfig(BaseModel):
             # a secret passed by reference, {"env": NAME} (plan files hold these: aworld_core.secrets);
             # refused in a config from outside (env_refs=False), which must not read this host's variables
             env_refs = (info.context or {}).get("env_refs", True)
+            auth = data.get("auth")
+            if isinstance(auth, dict):
+                auth = data["auth"] = dict(auth)
+                refs = [k for k in SECRET_FIELDS if is_env_ref(auth.get(k))]
+                if refs and not env_refs:
+                    raise ValueError(
+                        f"auth {refs} are environment references ({{'env': NAME}}), which only a config "
+                        f"written by the operator (a job or plan file) may use; give the value itself"
+                    )
+                for key in refs:
+                    auth[key] = resolve_env_ref(auth[key], f"auth.{key}")
             for section in ("headers", "env"):
                 if isinstance(data.get(section), dict):
                     if not env_refs:
@@ -146,6 +173,13 @@ class MCPServerConfig(BaseModel):
                 raise ValueError(f"a '{self.type}' server needs 'url'")
             if not self.url.startswith(("http://", "https://")):
                 raise ValueError(f"'url' must be an http(s) URL, got {self.url!r}")
+        if self.auth is not None:
+            if self.type == "stdio":
+                raise ValueError("'auth' (OAuth) is for HTTP servers; a stdio server gets its secrets in 'env'")
+            if any(name.lower() == "authorization" for name in self.headers):
+                raise ValueError(
+                    "both 'auth' and an Authorization header: OAuth sets the header itself; remove one of them"
+                )
         if self.release is not None:
             from aworld_core.tools.mcp_release import parse_release, release_request
 

@@ -49,12 +49,13 @@ class DirectCaller:
     @classmethod
     def of(cls, session: MCPSession) -> DirectCaller | None:
         """A caller for ``session``, or None when its calls must go through the SDK: not shared,
-        not streamable HTTP, not stateless, ``direct_calls: false``, or an SDK without the
+        not streamable HTTP, not stateless, ``direct_calls: false``, OAuth, or an SDK without the
         request stamp this relies on (then every call takes the SDK path, as before)."""
         stamp = getattr(getattr(session.client, "session", None), "_stamp", None)
         if (
             not session.shared
             or not session.config.direct_calls
+            or session.config.auth is not None  # OAuth: the SDK's auth flow owns the Authorization header
             or session.config.type != "streamable-http"
             or session.http is None
             or not session.stateless

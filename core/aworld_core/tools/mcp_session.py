@@ -40,6 +40,7 @@ class RequestState:
     headers: dict[str, str] = field(default_factory=dict)
     status: int | None = None
     body: str = ""
+    elicitations: list[dict[str, Any]] = field(default_factory=list)  # the server's requests for user input
 
 
 REQUEST_STATE: contextvars.ContextVar[RequestState | None] = contextvars.ContextVar(
@@ -94,6 +95,7 @@ class MCPSession:
         self.direct: Any = None  # mcp_direct.DirectCaller: tools/call without the SDK (shared, stateless)
         self.inflight = 0  # tool calls running on this session
         self.retired = False  # replaced (shared): close when the calls in flight are done
+        self.elicitations: list[dict[str, Any]] = []  # asked outside a call of ours (kept for the next)
 
     @property
     def where(self) -> str:
@@ -184,6 +186,7 @@ class MCPSession:
             cache=None,
             message_handler=self._on_message,
             client_info=client_identity(),
+            elicitation_callback=self._on_elicitation,
         )
         return await stack.enter_async_context(client)
 
@@ -239,6 +242,22 @@ class MCPSession:
             return self.tools
         return list(await asyncio.shield(self._relist))
 
+    async def _on_elicitation(self, context: Any, params: Any) -> Any:
+        """A server asks the user for input (``elicitation/create``): answered by the server's
+        ``elicitation`` policy, never by a person (a training job has none), and recorded with
+        the tool call it came in (``RequestState.elicitations``), else with the session's next call."""
+        from aworld_core.tools.mcp_elicitation import answer_elicitation
+
+        result, record = answer_elicitation(self.config.elicitation, params)
+        record["server"] = self.name
+        state = REQUEST_STATE.get()
+        (state.elicitations if state is not None else self.elicitations).append(record)
+        logger.info(
+            "MCP server '%s' asked for user input (%s): answered %s by policy '%s'",
+            self.name, record.get("mode"), result.action, self.config.elicitation,
+        )  # fmt: skip
+        return result
+
     async def _on_message(self, message: Any) -> None:
         import mcp_types
 
@@ -263,12 +282,17 @@ class MCPSession:
         timeout = httpx2.Timeout(cfg.timeout, read=cfg.sse_read_timeout)
         verify = ssl_context() if cfg.type == "sse" or (cfg.url or "").startswith("https://") else None
         headers = {**cfg.headers, **self.headers}
+        oauth = None
+        if cfg.auth is not None:
+            from aworld_core.tools.mcp_auth import oauth_provider
+
+            oauth = oauth_provider(cfg.url or "", cfg.auth, verify)
         if cfg.type == "sse":
             from mcp.client.sse import sse_client
 
             def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> Any:
                 return httpx2.AsyncClient(
-                    headers=headers, timeout=timeout, auth=auth, event_hooks=hooks, verify=verify
+                    headers=headers, timeout=timeout, auth=auth or oauth, event_hooks=hooks, verify=verify
                 )
 
             return sse_client(
@@ -288,7 +312,7 @@ class MCPSession:
         https = (cfg.url or "").startswith("https://")
         transport = self.http = AiohttpTransport(ssl_context=verify if https else None)
         http = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks, transport=transport)
+            httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks, transport=transport, auth=oauth)
         )
         self.client_headers = dict(http.headers)
         return streamable_http_client(cfg.url or "", http_client=http)
@@ -336,7 +360,9 @@ class MCPSession:
         status, body = (state.status, state.body) if state is not None else (self.last_status, self.last_body)
         if status is not None and status >= 400:
             text = f"HTTP {status}"
-            if status in (401, 403):
+            if status in (401, 403) and self.config.auth is not None:
+                text += " (the server refused our OAuth access token: check the auth section's credentials and scope)"
+            elif status in (401, 403):
                 text += " (the server refused our credentials: check the token in the Authorization header / MCP_SERVER_TOKEN)"
             elif status == 404:
                 text += " (no MCP endpoint at this URL: check the path, e.g. /mcp)"

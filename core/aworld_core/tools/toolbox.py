@@ -54,6 +54,7 @@ class Toolbox:
             is_error=outcome.is_error,
             error=outcome.error,
             duration_s=time.perf_counter() - started,
+            elicitations=outcome.elicitations,
         )
 
     async def _outcome(self, call: ToolCall, entry: tuple[ToolSpec, Executor] | None) -> ToolOutcome:
