@@ -114,6 +114,22 @@ class LoraOptions(BaseModel):
                           modules_to_save=self.modules_to_save, task_type="CAUSAL_LM")
 
 
+class AsyncRollout(BaseModel):
+    """``backends.trl.aworld.async_rollout``: asynchronous GRPO (see ``aworld_trl.async_grpo``).
+
+    The next steps' episodes run while the current step trains, on weights at most
+    ``max_staleness`` updates older than the ones the step trains; an episode that spans an update
+    continues on the new weights (its tokens keep the version that sampled each). Stale tokens'
+    loss is weighted by the truncated importance weight ``min(pi_prox / pi_behav, weight_cap)``
+    (the decoupled objective of AReaL with verl's truncation). ``max_staleness: 0`` runs the same
+    machinery without overlap and trains exactly what the synchronous run trains."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_staleness: int = Field(default=1, ge=0, description="Updates a trained token's weights may lag; 0: synchronous.")
+    weight_cap: float = Field(default=2.0, gt=0, description="Truncation of the behaviour importance weight.")
+
+
 class TrlOptions(BaseModel):
     """``backends.trl.aworld``: how the TRL backend runs around ``GRPOTrainer``."""
 
@@ -145,6 +161,9 @@ class TrlOptions(BaseModel):
     )
     targets: Targets | None = None
     lora: LoraOptions | None = Field(default=None, description="Train LoRA adapters (needs peft).")
+    async_rollout: AsyncRollout | None = Field(
+        default=None, description="Asynchronous GRPO: rollouts overlap training, staleness bounded."
+    )
     # set from backends.trl.use_vllm (not an option of this section)
     vllm: VllmRollout | None = Field(default=None, exclude=True)
     # set from backends.trl.resume_from_checkpoint: what Trainer.train(resume_from_checkpoint=) gets
@@ -480,4 +499,8 @@ def grpo_config(job: Any, output_dir: Path) -> tuple[Any, TrlOptions]:
                          f"remove the setting") from None
     except (ValueError, TypeError) as exc:
         raise UsageError(f"backends.trl is not a valid TRL GRPOConfig: {exc}") from None
+    if options.async_rollout is not None:
+        from aworld_trl.async_grpo import check_async
+
+        check_async(options, config)
     return config, options

@@ -30,6 +30,7 @@ from aworld_core.worker import step_metrics
 SAMPLE_ID = "aworld_sample_id"  # the dataset column that names each row's Sample
 REWARD_FIELD = "aworld_reward"  # the extra field carrying the core's reward to TRL's reward function
 EPISODE_FIELD = "aworld_episode_id"
+VERSIONS_FIELD = "aworld_versions"  # per response token: the policy version that sampled it (-1: not sampled)
 
 
 def trl_batch(groups: Sequence[Any], placeholder_id: int) -> dict[str, list[Any]]:
@@ -37,6 +38,7 @@ def trl_batch(groups: Sequence[Any], placeholder_id: int) -> dict[str, list[Any]
     in order; members that do not train are placeholders with reward ``None``."""
     out: dict[str, list[Any]] = {
         "prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], REWARD_FIELD: [], EPISODE_FIELD: [],
+        VERSIONS_FIELD: [],
     }
     for group in groups:
         rows = zip(group.episodes, group.trained(), group.rewards("none"), strict=True)
@@ -47,6 +49,7 @@ def trl_batch(groups: Sequence[Any], placeholder_id: int) -> dict[str, list[Any]
                 out["completion_ids"].append(list(view.response_ids))
                 out["logprobs"].append([float(x) for x in view.response_logprobs])
                 out["env_mask"].append([int(m) for m in view.response_mask])
+                out[VERSIONS_FIELD].append([int(v) for v in view.response_versions])
                 out[REWARD_FIELD].append(reward)
             else:
                 prompt = list(view.prompt_ids) if view is not None and view.prompt_ids else [placeholder_id]
@@ -54,6 +57,7 @@ def trl_batch(groups: Sequence[Any], placeholder_id: int) -> dict[str, list[Any]
                 out["completion_ids"].append([placeholder_id])  # TRL reads ids[-1]: never empty
                 out["logprobs"].append([0.0])
                 out["env_mask"].append([0])
+                out[VERSIONS_FIELD].append([-1])
                 out[REWARD_FIELD].append(None)
             out[EPISODE_FIELD].append(episode.id)
     return out

@@ -151,17 +151,25 @@ class TrlRun:
                 loop.run(engine.start())
                 self.metrics["vllm_start_seconds"] = round(time.perf_counter() - started, 1)
             before = self._evaluate(evaluator, loop, test_samples, "before", model) if options.eval_before else None
-            rollout = AworldRollout(
+            rollout_cls, extra = AworldRollout, {}
+            if options.async_rollout is not None:  # asynchronous GRPO (aworld_trl.async_grpo)
+                from aworld_trl.async_grpo import AsyncRollout
+
+                rollout_cls, extra = AsyncRollout, options.async_rollout.model_dump()
+            rollout = rollout_cls(
                 runner, train_samples, loop=loop, engine=engine, placeholder_id=placeholder,
                 sampling=trl_sampling(args), writer=writer, trajectory_every=options.trajectory_every,
                 failed_steps=FailedSteps(self.job.rollout.max_failed_steps, setting="rollout.max_failed_steps"),
-                torch_threads=options.rollout_torch_threads,
+                torch_threads=options.rollout_torch_threads, **extra,
             )
             trainer, progress = self._trainer(model, tokenizer, args, rollout)
             # TrainingArguments only carries resume_from_checkpoint: Trainer.train must be given it
             # (weights, optimizer, scheduler, RNG and the step count continue from the checkpoint)
             trainer.train(resume_from_checkpoint=options.resume)
             rollout.sync_weights(model, trainer.state.global_step)  # evaluate the trained weights
+            if options.async_rollout is not None:
+                self.metrics["async/staleness_tokens"] = {str(k): v for k, v in sorted(rollout.staleness.items())}
+                self.metrics["async/prefetch_misses"] = rollout.misses
             after = self._evaluate(evaluator, loop, test_samples, "after", model) if options.eval_after else None
         finally:
             if options.vllm is not None:
@@ -208,6 +216,7 @@ class TrlRun:
         from datasets import Dataset
         from transformers import PrinterCallback, ProgressCallback
 
+        from aworld_trl.async_grpo import async_trainer_class
         from aworld_trl.grpo import trainer_class
         from aworld_trl.options import refuse_sharded_trainer
         from aworld_trl.progress import callback_class
@@ -219,7 +228,8 @@ class TrlRun:
         self.artifacts["metrics"] = str(self.output_dir / "metrics.jsonl")
         reward_name = self.job.reward.name.rsplit(":", 1)[-1].rsplit("/", 1)[-1] or "reward"
         lora = self.options.lora
-        trainer = trainer_class()(
+        cls = async_trainer_class() if self.options.async_rollout is not None else trainer_class()
+        trainer = cls(
             model=model,
             reward_funcs=[make_reward_func(reward_name)],
             args=args,

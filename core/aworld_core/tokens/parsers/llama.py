@@ -11,6 +11,16 @@ from aworld_core.schemas import ToolCall
 from aworld_core.tokens.parsers.base import BaseToolParser, ParsedText, call_from_object, unparsed_call
 
 _BUILTIN = re.compile(r"([A-Za-z_]\w*)\.call\((.*)\)", re.DOTALL)
+# the turn's end as sampled: <|eom_id|> after an ipython (tool) call, <|eot_id|> otherwise
+_END_TOKENS = ("<|eom_id|>", "<|eot_id|>")
+
+
+def _without_end_tokens(body: str) -> str:
+    """``body`` without the end-of-turn token(s) it may end with (text decoded with its terminator):
+    left in, a trailing ``<|eom_id|>`` read as a second, nameless call."""
+    while body.endswith(_END_TOKENS):
+        body = body[: -len("<|eom_id|>")].rstrip()
+    return body
 
 
 class Llama3JsonParser(BaseToolParser):
@@ -26,13 +36,13 @@ class Llama3JsonParser(BaseToolParser):
 
     def parse(self, text: str, *, tools: list[dict[str, Any]] | None = None, id_prefix: str = "call_") -> ParsedText:
         content = ""
-        body = text.strip()
+        body = _without_end_tokens(text.strip())
         if self.python_tag in body:
             content, body = (part.strip() for part in body.split(self.python_tag, 1))
             if not body.startswith("{"):
                 return ParsedText(content=content, tool_calls=[self._builtin(body, self.call_id(id_prefix, 0))])
         elif not body.startswith("{"):
-            return ParsedText(content=text.strip())
+            return ParsedText(content=body)
         return ParsedText(content=content, tool_calls=self._json_calls(body, id_prefix))
 
     def _json_calls(self, body: str, id_prefix: str) -> list[ToolCall]:
