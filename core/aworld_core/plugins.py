@@ -6,6 +6,12 @@ plugins like any other. Entry points of the group ``aworld`` are loaded one by o
 which does not exist (a misspelled ``@hookimpl``), is reported with its distribution and the
 error, and none of its hooks are used, while the others keep working. ``AWORLD_DISABLE_PLUGINS``
 (comma list of entry-point names) blocks named plugins before they are imported.
+
+An entry-point name that two installed distributions both register is not resolved by load
+order (the second one would silently vanish): each is registered as ``name@distribution``, so
+both show in ``--list`` beside a conflict line naming them, what they provide under the same
+name is the catalog's conflict error, and ``AWORLD_DISABLE_PLUGINS=name@distribution`` (or
+uninstalling one) chooses.
 """
 
 from __future__ import annotations
@@ -60,6 +66,46 @@ class PluginInfo:
     version: str
     error: str | None = None
     disabled: bool = False
+
+
+@dataclass(frozen=True)
+class EntryPointConflict:
+    """One entry-point name registered by more than one distribution."""
+
+    name: str
+    owners: tuple[tuple[str, str, str], ...]  # (distribution, version, name it is registered under)
+
+    def describe(self) -> str:
+        who = " and ".join(f"{dist} {version} (as '{registered}')" for dist, version, registered in self.owners)
+        return (
+            f"plugin '{self.name}' is registered by more than one distribution: {who}; uninstall one, "
+            f"or disable one with AWORLD_DISABLE_PLUGINS={self.owners[-1][2]}"
+        )
+
+
+def qualified_name(name: str, dist: str) -> str:
+    """The name a plugin whose entry-point name another distribution also uses is registered under."""
+    return f"{name}@{dist}"
+
+
+def _entry_points() -> list[tuple[Any, str, str, str]]:
+    """``(entry point, distribution, version, registered name)`` for every ``aworld`` entry point.
+
+    The registered name is the entry point's own name, or ``name@distribution`` when another
+    distribution registers the same name (pluggy keys plugins by name: loading only the first
+    would make the other vanish without a word)."""
+    found = []
+    for ep in importlib_metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+        dist = ep.dist.metadata["Name"] if ep.dist is not None else "unknown distribution"
+        version = ep.dist.version if ep.dist is not None else "?"
+        found.append((ep, dist, version))
+    dists_by_name: dict[str, set[str]] = {}
+    for ep, dist, _ in found:
+        dists_by_name.setdefault(ep.name, set()).add(dist)
+    return [
+        (ep, dist, version, qualified_name(ep.name, dist) if len(dists_by_name[ep.name]) > 1 else ep.name)
+        for ep, dist, version in found
+    ]
 
 
 @dataclass(frozen=True)
@@ -126,6 +172,9 @@ class PluginManager:
         self.pm.add_hookspecs(hookspecs)
         self.disabled = {name.strip() for name in disabled if name.strip()}
         self.load_errors: list[PluginInfo] = []
+        self.entry_point_conflicts: list[EntryPointConflict] = []
+        # registered name -> (distribution, version) of entry points loaded under a qualified name
+        self._entry_dists: dict[str, tuple[str, str]] = {}
         self._catalog: Catalog | None = None
         for module_name in DEFAULT_PLUGINS:
             self.register(importlib.import_module(module_name), name=module_name)
@@ -140,28 +189,36 @@ class PluginManager:
         for name in sorted(self.disabled):
             self.pm.set_blocked(name)
         seen: set[str] = set()
-        for ep in importlib_metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
-            if ep.name in seen:
+        entry_points = _entry_points()
+        owners: dict[str, list[tuple[str, str, str]]] = {}
+        for ep, dist, version, registered in entry_points:
+            if registered != ep.name:
+                owners.setdefault(ep.name, []).append((dist, version, registered))
+        self.entry_point_conflicts = [EntryPointConflict(name, tuple(who)) for name, who in owners.items()]
+        for ep, dist, version, registered in entry_points:
+            if registered in seen:  # the same distribution seen twice on sys.path
                 continue
-            seen.add(ep.name)
-            if self.pm.is_blocked(ep.name):
+            seen.add(registered)
+            if self.pm.is_blocked(ep.name) or self.pm.is_blocked(registered):
                 continue
-            dist = ep.dist.metadata["Name"] if ep.dist is not None else "unknown distribution"
-            version = ep.dist.version if ep.dist is not None else "?"
             try:
-                self.pm.load_setuptools_entrypoints(hookspecs.ENTRY_POINT_GROUP, name=ep.name)
+                if registered == ep.name:
+                    self.pm.load_setuptools_entrypoints(hookspecs.ENTRY_POINT_GROUP, name=ep.name)
+                else:  # pluggy loads a name once: this one is registered under its qualified name
+                    self.pm.register(ep.load(), name=registered)
+                    self._entry_dists[registered] = (dist, version)
             except Exception as exc:  # a broken plugin must not take the others down
                 detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
                 self.load_errors.append(
-                    PluginInfo(ep.name, dist, version, error=f"failed to load {ep.value}: {detail}")
+                    PluginInfo(registered, dist, version, error=f"failed to load {ep.value}: {detail}")
                 )
                 continue
-            plugin = self.pm.get_plugin(ep.name)
+            plugin = self.pm.get_plugin(registered)
             unknown = self._unknown_hooks(plugin) if plugin is not None else []
             if unknown:  # unregister it whole: a plugin with only some hooks working misbehaves quietly
-                self.pm.unregister(name=ep.name)
+                self.pm.unregister(name=registered)
                 error = self._unknown_hooks_message(unknown)
-                self.load_errors.append(PluginInfo(ep.name, dist, version, error=error))
+                self.load_errors.append(PluginInfo(registered, dist, version, error=error))
         self._check_pending()
 
     def _check_pending(self) -> None:
@@ -219,6 +276,8 @@ class PluginManager:
     def _dist_of(self, plugin_name: str) -> tuple[str, str]:
         if plugin_name in DEFAULT_PLUGINS:
             return CORE_DIST, _version(CORE_DIST)
+        if plugin_name in self._entry_dists:
+            return self._entry_dists[plugin_name]
         plugin = self.pm.get_plugin(plugin_name)
         for loaded, dist in self.pm.list_plugin_distinfo():
             if loaded is plugin:
@@ -234,11 +293,9 @@ class PluginManager:
             if plugin is not None  # None: a blocked (disabled) name, listed below
         ]
         infos += self.load_errors
-        for ep in importlib_metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
-            if ep.name in self.disabled:
-                dist = ep.dist.metadata["Name"] if ep.dist is not None else "?"
-                version = ep.dist.version if ep.dist is not None else "?"
-                infos.append(PluginInfo(ep.name, dist, version, disabled=True))
+        for ep, dist, version, registered in _entry_points():
+            if ep.name in self.disabled or registered in self.disabled:
+                infos.append(PluginInfo(registered, dist, version, disabled=True))
         return infos
 
     def catalog(self) -> Catalog:

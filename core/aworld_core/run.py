@@ -83,8 +83,10 @@ def print_listing(out: TextIO) -> None:
             out.write("  (none)\n")
         for name, item in items:
             out.write(f"  {name:<{name_w}} {item.distribution:<{dist_w}} {item.spec.description}\n")
-    if catalog.conflicts:
+    if catalog.conflicts or manager.entry_point_conflicts:
         out.write("Conflicts (these names cannot be used until one provider is removed):\n")
+        for conflict in manager.entry_point_conflicts:
+            out.write(f"  {conflict.describe()}\n")
         for (kind, name), owners in sorted(catalog.conflicts.items()):
             who = ", ".join(f"{o.distribution} {o.version}" for o in owners)
             out.write(f"  {kind} '{name}': {who}\n")
