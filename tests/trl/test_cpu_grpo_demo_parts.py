@@ -89,6 +89,52 @@ async def test_calculator_tool_over_real_mcp():
         proc.wait(timeout=10)
 
 
+async def test_calculator_latency_delays_every_call_over_real_mcp():
+    """``--latency-ms`` (the benchmarks' tools that take time): the same answers, each after the delay."""
+    import time
+
+    from aworld_core.tools.mcp_client import MCPToolset
+    from aworld_core.tools.mcp_config import get_agent_tool_env_and_servers, parse_mcp_config, select_servers
+
+    proc = subprocess.Popen([sys.executable, "-m", "aworld_cpu_grpo_demo.calculator", "--latency-ms", "200"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        info = json.loads(proc.stdout.readline())
+        config, names = get_agent_tool_env_and_servers(f"http://127.0.0.1:{info['port']}/mcp", info["token"])
+        toolset = MCPToolset(select_servers(parse_mcp_config(config), names))
+        specs = await toolset.open()
+        try:
+            assert [s.name for s in specs] == ["calc"] and "1234*5678" in specs[0].description
+            run = toolset.executor(specs[0])
+            started = time.perf_counter()
+            assert (await run({"expr": "1234*5678"})).content == "7006652"
+            assert time.perf_counter() - started >= 0.2
+            assert (await run({"expr": "1234/0"})).is_error
+        finally:
+            await toolset.aclose()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_tool_latency_distributions():
+    from aworld_cpu_grpo_demo.calculator import ToolLatency
+
+    assert ToolLatency(300).draw_s() == 0.3 and not ToolLatency(0)
+    gaia = ToolLatency(100, "gaia", seed=1)
+    draws = sorted(gaia.draw_s() for _ in range(4000))
+    assert 0.09 < draws[2000] < 0.11  # median 100 ms
+    assert 0.3 < draws[3600] < 0.42  # one in ten over ~3.6 x the median
+    assert max(draws) <= 2.0  # capped at 20 x
+    a, b = ToolLatency(100, "gaia", seed=3), ToolLatency(100, "gaia", seed=3)
+    assert [a.draw_s() for _ in range(5)] == [b.draw_s() for _ in range(5)]  # a run's delays repeat
+    with pytest.raises(ValueError, match="distribution"):
+        ToolLatency(1, "uniform")
+    bad = subprocess.run([sys.executable, "-m", "aworld_cpu_grpo_demo.calculator", "--latency-ms", "-1"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--latency-ms" in bad.stderr
+
+
 def test_warm_start_thread_probe_alternates_then_keeps_the_faster(monkeypatch):
     import os
 

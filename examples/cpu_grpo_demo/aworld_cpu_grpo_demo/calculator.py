@@ -1,11 +1,15 @@
 """The demo's tool environment: a calculator served by a real MCP server on loopback.
 
     python -m aworld_cpu_grpo_demo.calculator [--host 127.0.0.1] [--port 0] [--token TOKEN]
+                                              [--latency-ms MS] [--latency-dist fixed|gaia]
 
 Prints one JSON line ``{"ip", "port", "token"}`` once it accepts connections (the form the
 core's job environments expect), then serves MCP streamable HTTP at ``/mcp`` behind a bearer
 token until it is stopped. Expressions are parsed with a strict pattern and ``int()``, never
 ``eval``: sampled text can hold anything (leading zeros, stray characters).
+
+``--latency-ms`` makes every call take time, as GAIA's tools do (search, page reads, a browser,
+sandboxed code: 50 ms to seconds per call); the benchmarks use it (:class:`ToolLatency`).
 """
 
 from __future__ import annotations
@@ -40,24 +44,72 @@ def calculate(expr: str) -> str:
     return str(value)
 
 
-def build_server() -> Any:
-    """The MCP server holding the ``calc`` tool."""
+class ToolLatency:
+    """How long a tool call takes: ``fixed`` (always ``ms``) or ``gaia`` (log-normal with median ``ms``
+    and sigma 1: half the calls under ``ms``, one in ten over 3.6 x ``ms``, one in a hundred over
+    10 x, capped at 20 x; the long tail of web search, page loads and sandboxed code). Draws come
+    from a seeded generator, so a run's sequence of delays repeats."""
+
+    KINDS = ("fixed", "gaia")
+
+    def __init__(self, ms: float = 0.0, kind: str = "fixed", seed: int = 0):
+        import random
+
+        if ms < 0:
+            raise ValueError(f"latency must be >= 0 ms, got {ms}")
+        if kind not in self.KINDS:
+            raise ValueError(f"latency distribution must be one of {', '.join(self.KINDS)}, got {kind!r}")
+        self.ms, self.kind = float(ms), kind
+        self._rng = random.Random(seed)
+
+    def __bool__(self) -> bool:
+        return self.ms > 0
+
+    def draw_s(self) -> float:
+        """The next call's delay in seconds."""
+        if self.kind == "fixed" or self.ms == 0:
+            return self.ms / 1000
+        return min(self._rng.lognormvariate(0.0, 1.0), 20.0) * self.ms / 1000
+
+    def describe(self) -> str:
+        return "no latency" if not self else f"{self.ms:g} ms {self.kind}"
+
+
+def build_server(latency: ToolLatency | None = None) -> Any:
+    """The MCP server holding the ``calc`` tool (each call delayed by ``latency``)."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
     server = MCPServer(SERVER_NAME, instructions="A calculator for whole numbers.")
 
+    def evaluate(expr: str) -> str:
+        try:
+            return calculate(expr)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+
+    if not latency:
+
+        @server.tool(name=TOOL_NAME, structured_output=False)
+        def calc(expr: str) -> str:
+            """Evaluate an arithmetic expression of two whole numbers, such as 1234*5678.
+
+            Args:
+                expr: two whole numbers joined by one of * + -
+            """
+            return evaluate(expr)
+
+        return server
+
     @server.tool(name=TOOL_NAME, structured_output=False)
-    def calc(expr: str) -> str:
+    async def calc_slow(expr: str) -> str:
         """Evaluate an arithmetic expression of two whole numbers, such as 1234*5678.
 
         Args:
             expr: two whole numbers joined by one of * + -
         """
-        try:
-            return calculate(expr)
-        except ValueError as exc:
-            raise ToolError(str(exc)) from None
+        await asyncio.sleep(latency.draw_s())
+        return evaluate(expr)
 
     return server
 
@@ -90,17 +142,18 @@ class BearerAuth:
         await send({"type": "http.response.body", "body": body})
 
 
-def build_app(token: str, host: str = "127.0.0.1") -> Any:
+def build_app(token: str, host: str = "127.0.0.1", latency: ToolLatency | None = None) -> Any:
     """The ASGI app: MCP streamable HTTP at ``/mcp`` behind the bearer check."""
     if not token:
         raise ValueError("an empty token would let anyone in; pass a token (or none for a random one)")
-    inner = build_server().streamable_http_app(
+    inner = build_server(latency).streamable_http_app(
         streamable_http_path="/mcp", json_response=True, stateless_http=True, host=host
     )
     return BearerAuth(inner, token)
 
 
-async def serve(host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
+async def serve(host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                latency: ToolLatency | None = None) -> None:
     """Bind, announce ``{"ip", "port", "token"}`` on stdout once serving, serve until stopped."""
     import logging
 
@@ -113,7 +166,7 @@ async def serve(host: str = "127.0.0.1", port: int = 0, token: str | None = None
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound_port = sock.getsockname()[1]
-    config = uvicorn.Config(build_app(token, host), log_level="warning", access_log=False, lifespan="on")
+    config = uvicorn.Config(build_app(token, host, latency), log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)
 
     async def announce() -> None:
@@ -135,9 +188,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--port", type=int, default=0, help="port (default: 0 = any free port)")
     parser.add_argument("--token", default=None, help="bearer token (default: a random one, printed)")
+    parser.add_argument("--latency-ms", type=float, default=0.0,
+                        help="delay every call by this much (median with --latency-dist gaia); default 0")
+    parser.add_argument("--latency-dist", choices=ToolLatency.KINDS, default="fixed",
+                        help="fixed: every call --latency-ms; gaia: log-normal, median --latency-ms, sigma 1")
     args = parser.parse_args(argv)
+    if args.latency_ms < 0:
+        parser.error(f"--latency-ms must be >= 0, got {args.latency_ms:g}")
     try:
-        asyncio.run(serve(args.host, args.port, args.token))
+        asyncio.run(serve(args.host, args.port, args.token, ToolLatency(args.latency_ms, args.latency_dist)))
     except KeyboardInterrupt:
         pass
     return 0
