@@ -327,8 +327,10 @@ class _Run:
                 exp_data=ExpData(state=ExpState(from_agent_name=from_agent, content=response.content),
                                  messages=sent, llm_call=response.to_record()),
             ))
-            if response.finish_reason == STOP_LENGTH and self.uses_trained_llm(agent):
-                raise _EpisodeEnded(_Result(None, STOP_LENGTH, agent.name))
+            exhausted = getattr(client, "exhausted", None)
+            if response.finish_reason == STOP_LENGTH and session_id is not None and exhausted is not None \
+                    and exhausted(session_id):  # the response budget is spent (a summary cut at its own
+                raise _EpisodeEnded(_Result(None, STOP_LENGTH, agent.name))  # max_tokens goes on)
             compacted = with_summary(messages[: compactor.first], response.content or "")
         else:
             compacted = compact_tool_results(messages, config)

@@ -288,6 +288,7 @@ class TokenLLM:
             return session.last_response  # the client retried the same request
         elif extends(session.history, msgs, frozenset(session.unparsed_calls)):
             continued = True
+            session.compaction_pending = False  # a compaction that only cut the new messages: no new segment
             k = len(session.history)
             delta = self.renderer.delta(
                 session.history,

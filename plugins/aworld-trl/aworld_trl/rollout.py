@@ -26,6 +26,7 @@ from typing import Any
 from aworld_core.errors import AworldError, UsageError
 from aworld_core.schemas import Sample, SamplingParams
 from aworld_core.worker import step_metrics
+from aworld_trl.segments import SEGMENTS_FIELD, segment_plans
 
 SAMPLE_ID = "aworld_sample_id"  # the dataset column that names each row's Sample
 REWARD_FIELD = "aworld_reward"  # the extra field carrying the core's reward to TRL's reward function
@@ -60,6 +61,9 @@ def trl_batch(groups: Sequence[Any], placeholder_id: int) -> dict[str, list[Any]
                 out[VERSIONS_FIELD].append([-1])
                 out[REWARD_FIELD].append(None)
             out[EPISODE_FIELD].append(episode.id)
+    # each row is its episode's first segment; the later ones (and segment rewards) ride along for
+    # the trainer to add as rows of their own (aworld_trl.segments)
+    out[SEGMENTS_FIELD] = segment_plans(groups)
     return out
 
 
