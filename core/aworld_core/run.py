@@ -103,9 +103,8 @@ def run_eval(job: Any, limit: int | None, out: TextIO) -> int:
 
     if limit is not None and limit < 1:
         raise UsageError(f"--limit {limit}: give at least 1 (or leave --limit out for every task)")
-    if job.reward is None:
-        raise UsageError("--eval needs a reward in the job config (e.g. reward: {name: gsm8k})")
-    validate_job(None, job, evaluation=True)  # an empty dataset, bad paths, environment, reward
+    # every problem at once: no reward, an empty dataset, bad paths, environment, reward signature
+    validate_job(None, job, evaluation=True)
     section = job.test_dataset or job.train_dataset
     samples = load_dataset_section(section, job.base_dir)[: limit or None]
     if not samples:  # a hub dataset (not loaded by the validation) can be empty too

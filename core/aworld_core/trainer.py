@@ -248,18 +248,21 @@ class AgentTrainer:
         from aworld_core.jobs import choose_backend
         from aworld_core.plugins import get_plugin_manager
         from aworld_core.settings import get_settings
-        from aworld_core.validation import validate_job
+        from aworld_core.validation import JobProblems, validate_job
 
         self.backend = choose_backend(None, self.job)
         self.job = self.job.model_copy(update={"backend": self.backend})
-        built = get_plugin_manager().hook.build_agents(job=self.job, settings=get_settings())
-        if built is None:
-            raise UsageError("no agent: pass agent=... or set 'agent' (fields or factory) in the config")
+        problems = JobProblems()  # every problem reported at once, these with the CLI's checks
+        with problems.check("agent"):
+            built = get_plugin_manager().hook.build_agents(job=self.job, settings=get_settings())
+            if built is None:
+                raise UsageError("no agent: pass agent=... or set 'agent' (fields or factory) in the config")
         if self.job.train_dataset is None and self.job.sft is None:
-            raise UsageError("no training data: pass train_dataset=... or set 'train_dataset' in the config")
+            problems.add("train_dataset", UsageError(
+                "no training data: pass train_dataset=... or set 'train_dataset' in the config"))
         if self.job.reward is None and self.job.sft is None:
-            raise UsageError("no reward: pass reward_func=... or set 'reward' in the config")
-        validate_job(None, self.job)  # the CLI's checks; plan() and train() add the backend's
+            problems.add("reward", UsageError("no reward: pass reward_func=... or set 'reward' in the config"))
+        validate_job(None, self.job, problems=problems)  # the CLI's checks; plan() and train() add the backend's
         self.train_samples = (
             load_dataset_section(self.job.train_dataset, self.job.base_dir) if self.job.train_dataset else []
         )

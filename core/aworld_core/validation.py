@@ -2,7 +2,9 @@
 
 ``validate_job`` is what the CLI (a real run, ``--dry-run`` and ``--eval``) and ``AgentTrainer``
 call before planning, so a dry-run refuses exactly what a launch would, with the same message
-and exit code 2. It checks what the core knows: the backend's framework, the inputs a training
+and exit code 2. Every check runs, and all the problems they find are reported in one error
+(:class:`JobProblems` collects them), each naming its field: a user fixes a job in one pass
+instead of rerunning once per mistake. It checks what the core knows: the backend's framework, the inputs a training
 backend needs, local paths, the datasets (loaded, as a run loads them), the environment, the
 agent's MCP config, the reward and its signature, and ``logging.report_to``. What only a backend
 knows (its own config class) its ``plan_launch`` checks, which both paths call too.
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,26 +37,86 @@ REPORTERS: dict[str, tuple[str, str]] = {
 }
 
 
-def validate_job(backend: str | None, job: Any, *, evaluation: bool = False) -> None:
+class JobProblems:
+    """The problems found in one job, each with the field it is about.
+
+    ``check(field)`` runs a block and keeps the :class:`UsageError` it raises (anything else is a
+    bug and propagates); ``raise_all`` raises nothing, the one problem as it was, or a
+    :class:`ConfigError` listing every problem (exit code 2, ``problems`` concatenated)."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, UsageError]] = []
+
+    @contextmanager
+    def check(self, field: str) -> Iterator[None]:
+        try:
+            yield
+        except UsageError as exc:
+            self.errors.append((field, exc))
+
+    def add(self, field: str, error: UsageError) -> None:
+        self.errors.append((field, error))
+
+    def raise_all(self) -> None:
+        if not self.errors:
+            return
+        if len(self.errors) == 1:  # as it was raised (its message names its field)
+            raise self.errors[0][1]
+        lines = []
+        problems: list[tuple[str, object, str]] = []
+        for number, (field, error) in enumerate(self.errors, 1):
+            text = str(error).replace("\n", "\n     ")
+            lines.append(f"  {number}. {field}: {text}")
+            problems += getattr(error, "problems", None) or [(field, None, str(error))]
+        raise ConfigError(
+            f"the job has {len(self.errors)} problems (all listed; fix them and run again):\n" + "\n".join(lines),
+            problems,
+        )
+
+
+def validate_job(
+    backend: str | None, job: Any, *, evaluation: bool = False, problems: JobProblems | None = None
+) -> None:
     """Raise the error a run of ``job`` on ``backend`` would raise for bad input, before it starts.
 
     ``evaluation``: the job is run with ``--eval`` (no backend; its test or train data must hold
-    tasks). A ``UsageError`` (exit code 2) names what is wrong and how to fix it.
+    tasks, and it needs a reward). Every check runs; what they find is raised together (a
+    ``UsageError``, exit code 2, naming each field and its fix). ``problems``: ones the caller
+    found already (``AgentTrainer``'s own checks), reported with these.
     """
+    problems = problems if problems is not None else JobProblems()
     if backend is not None:
-        validate_backend(backend, job)
-    _check_paths(job)
-    _check_environment(job)
-    _check_mcp_config(job)
-    _check_datasets(job, evaluation=evaluation)
-    _check_reward(job)
-    check_report_to(job.logging.report_to)
+        validate_backend(backend, job, problems)
+    missing = _missing_paths(job)
+    if len(missing) == 1 and not problems.errors:
+        with problems.check(missing[0][0]):
+            _raise_missing_paths(missing)
+    else:  # each file its own problem, under its field
+        for loc, value, expected in missing:
+            problems.add(loc, ConfigError(f"{value!r} does not exist; expected {expected}", [(loc, value, expected)]))
+    with problems.check("environment.name"):
+        _check_environment(job)
+    with problems.check("agent.mcp_config"):
+        _check_mcp_config(job)
+    _check_datasets(job, evaluation=evaluation, problems=problems, missing={loc for loc, _, _ in missing})
+    if evaluation and job.reward is None:
+        problems.add("reward", UsageError("--eval needs a reward in the job config (e.g. reward: {name: gsm8k})"))
+    with problems.check("reward.name"):
+        _check_reward(job)
+    with problems.check("logging.report_to"):
+        check_report_to(job.logging.report_to)
+    problems.raise_all()
 
 
-def validate_backend(backend: str, job: Any) -> None:
+def validate_backend(backend: str, job: Any, problems: JobProblems | None = None) -> None:
     """What training ``job`` on ``backend`` needs beyond a valid job: the framework and the inputs."""
-    require_framework(backend)
-    _check_training_inputs(backend, job)
+    own = problems if problems is not None else JobProblems()
+    with own.check("backend"):
+        require_framework(backend)
+    with own.check("model, train_dataset, reward"):
+        _check_training_inputs(backend, job)
+    if problems is None:
+        own.raise_all()
 
 
 def require_framework(backend: str) -> None:
@@ -89,6 +153,11 @@ def _check_training_inputs(backend: str, job: Any) -> None:
 
 def _check_paths(job: Any) -> None:
     """Local files the job names must exist (a model with ``model.build`` is made at launch)."""
+    _raise_missing_paths(_missing_paths(job))
+
+
+def _missing_paths(job: Any) -> list[tuple[str, object, str]]:
+    """``(field, path, expected)`` for each local file the job names that does not exist."""
     problems: list[tuple[str, object, str]] = []
     model = job.model
     if model is not None:
@@ -116,6 +185,10 @@ def _check_paths(job: Any) -> None:
             value = getattr(job.sft, key)
             if value and "://" not in value and not Path(job.resolve_path(value)).exists():
                 problems.append((f"sft.{key}", value, "an existing file"))
+    return problems
+
+
+def _raise_missing_paths(problems: list[tuple[str, object, str]]) -> None:
     if problems:
         lines = "\n".join(f"  {loc}: {value!r} does not exist; expected {expected}" for loc, value, expected in problems)
         raise ConfigError(f"the job names files that do not exist:\n{lines}", problems)
@@ -171,30 +244,41 @@ def _check_mcp_config(job: Any) -> None:
     select_servers(parsed, agent.mcp_servers)
 
 
-def _check_datasets(job: Any, *, evaluation: bool) -> None:
+def _check_datasets(
+    job: Any, *, evaluation: bool, problems: JobProblems | None = None, missing: set[str] = frozenset()
+) -> None:
     """Load the datasets as a run does (local files and registered datasets; a hub name needs
-    the network and is left to the run) and refuse an empty one."""
+    the network and is left to the run) and refuse an empty one. A section whose file is in
+    ``missing`` (already reported by the path check) is not loaded again."""
     from aworld_core.datasets import load_dataset_section
     from aworld_core.plugins import get_plugin_manager
 
+    own = problems if problems is not None else JobProblems()
     catalog = get_plugin_manager().catalog()
     roles = ("train_dataset", "test_dataset")
     if evaluation:
         section_role = "test_dataset" if job.test_dataset is not None else "train_dataset"
         if getattr(job, section_role) is None:
-            raise UsageError("--eval needs test_dataset (or train_dataset) in the job config")
-        roles = (section_role,)
+            own.add("test_dataset", UsageError("--eval needs test_dataset (or train_dataset) in the job config"))
+            roles = ()
+        else:
+            roles = (section_role,)
     for role in roles:
         section = getattr(job, role)
         if section is None or (section.name is not None and catalog.get("dataset", section.name) is None):
             continue
-        samples = load_dataset_section(section, job.base_dir)
-        if not samples and (evaluation or role == "train_dataset"):
-            where = section.path or section.name
-            raise DatasetError(
-                f"{role} '{where}' has no rows{' after limit' if section.limit else ''}; "
-                f"{'evaluation' if evaluation else 'training'} needs at least one task"
-            )
+        if f"{role}.path" in missing:
+            continue
+        with own.check(role):
+            samples = load_dataset_section(section, job.base_dir)
+            if not samples and (evaluation or role == "train_dataset"):
+                where = section.path or section.name
+                raise DatasetError(
+                    f"{role} '{where}' has no rows{' after limit' if section.limit else ''}; "
+                    f"{'evaluation' if evaluation else 'training'} needs at least one task"
+                )
+    if problems is None:
+        own.raise_all()
 
 
 def _check_reward(job: Any) -> None:
