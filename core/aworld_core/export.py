@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import SCHEMA_VERSION, Episode, TrainingView
@@ -198,6 +198,8 @@ def _arrow_type(annotation: Any, pa: Any) -> Any:
     scalars = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
     if annotation in scalars:
         return scalars[annotation]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):  # a nested model (a training segment)
+        return pa.struct([pa.field(name, _arrow_type(info.annotation, pa)) for name, info in annotation.model_fields.items()])
     raise TypeError(f"no parquet column type for TrainingView annotation {annotation!r}; extend export._arrow_type")
 
 

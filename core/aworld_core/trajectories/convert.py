@@ -1,11 +1,13 @@
 """Kept episodes to the SFT formats users train on.
 
 * **token-exact** (``token_rows``): when an episode carries the token view of the model to train
-  (``Episode.training``, recorded by ``TokenLLM``), a row is ``prompt_ids``, ``completion_ids``
-  (the response as sampled, tool/environment tokens included) and ``completion_mask`` (1 exactly on
-  the sampled assistant tokens, 0 on tool output and template text). Nothing is re-tokenized, so
-  the model learns exactly the sequence that was sampled. A tokenizer other than the one the
-  episode was sampled with is refused (``check_tokenizer``).
+  (``Episode.training``, recorded by ``TokenLLM``), a row per training segment is ``prompt_ids``,
+  ``completion_ids`` (the response as sampled, tool/environment tokens included) and
+  ``completion_mask`` (1 exactly on the sampled assistant tokens, 0 on tool output and template
+  text), with ``segment`` (its place in the episode) and ``segment_start`` (``first``, ``rewrite``,
+  ``template``, ``compaction``). Nothing is re-tokenized, so the model learns exactly the
+  sequences that were sampled, each in the context it was sampled in. A tokenizer other than the
+  one the episode was sampled with is refused (``check_tokenizer``).
 * **messages** (``messages_rows``): the conversation and its tools, for a trainer that renders
   them with the target model's chat template: TRL's ``SFTTrainer`` (``messages`` + ``tools``,
   ``assistant_only_loss``), verl's multi-turn SFT parquet (``verl_rows``: ``messages``, ``tools``)
@@ -27,7 +29,7 @@ from typing import Any
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import Episode, Message
-from aworld_core.trajectories.filter import training_views
+from aworld_core.trajectories.filter import stale_rewrite, training_views
 from aworld_core.trajectories.read import task_key
 
 FORMATS = ("tokens", "messages", "verl", "swift")
@@ -66,9 +68,10 @@ def check_tokenizer(episode: Episode, tokenizer: Any) -> None:
                 f"({size} tokens); the episode was sampled with another tokenizer. Convert with the tokenizer of "
                 f"the model that sampled it, or use the messages format (re-rendered with this model's template)"
             )
-    primary = views[0]
-    prompt_text = tokenizer.decode(primary["prompt_ids"], skip_special_tokens=False)
-    response_text = tokenizer.decode(primary["response_ids"], skip_special_tokens=False)
+    # the conversation recorded is the last one (after any rewrite or compaction): its texts are in
+    # some segment's prompt or response
+    prompt_text = "\n".join(tokenizer.decode(v["prompt_ids"], skip_special_tokens=False) for v in views)
+    response_text = "\n".join(tokenizer.decode(v["response_ids"], skip_special_tokens=False) for v in views)
     question = _first_user_text(episode)
     expected = [("prompt", question, prompt_text)] if question and question.strip() else []
     expected += [
@@ -86,11 +89,13 @@ def check_tokenizer(episode: Episode, tokenizer: Any) -> None:
 
 
 def token_rows(episodes: Sequence[Episode], tokenizer: Any = None, *, extra_views: bool = True) -> list[dict[str, Any]]:
-    """One row per token view: ``prompt_ids``, ``completion_ids``, ``completion_mask`` (+ ids).
+    """One row per training segment: ``prompt_ids``, ``completion_ids``, ``completion_mask``,
+    ``segment``, ``segment_start`` (+ ids).
 
     ``tokenizer`` (recommended) checks the ids belong to it (``check_tokenizer``). ``extra_views``:
-    also the sessions of a Swarm's other trained agents. A view whose history was rewritten by
-    its client, or an episode without token data, is refused (filter with ``require_tokens``)."""
+    also the sessions of a Swarm's other trained agents. An episode without token data, or one
+    recorded before segments whose client rewrote its history (its later turns have no tokens), is
+    refused (filter with ``require_tokens``)."""
     rows: list[dict[str, Any]] = []
     for episode in episodes:
         views = training_views(episode)
@@ -100,18 +105,20 @@ def token_rows(episodes: Sequence[Episode], tokenizer: Any = None, *, extra_view
                 f"episodes sampled through a TokenLLM. Drop such episodes (FilterSpec(require_tokens=True), "
                 f"--require-tokens) or convert to the messages format"
             )
+        if stale_rewrite(episode):
+            raise UsageError(
+                f"episode {episode.id}: its client rewrote the history and it was recorded before training segments "
+                f"existed, so its turns after the rewrite have no token data; drop it (FilterSpec(require_tokens=True) "
+                f"drops such episodes) or convert to the messages format"
+            )
         if tokenizer is not None:
             check_tokenizer(episode, tokenizer)
-        for index, view in enumerate(views if extra_views else views[:1]):
+        primary = episode.training.num_segments if episode.training is not None else 0
+        for index, view in enumerate(views if extra_views else views[:primary]):
             n = len(view["response_ids"])
             mask = list(view["response_mask"])
             if len(mask) != n or any(bit not in (0, 1) for bit in mask):
-                raise UsageError(f"episode {episode.id}, view {index}: response_mask must be {n} values of 0/1")
-            if view.get("history_rewritten"):
-                raise UsageError(
-                    f"episode {episode.id}, view {index}: its client rewrote the history, so the ids are not one "
-                    f"conversation; drop it (FilterSpec(require_tokens=True) drops such episodes)"
-                )
+                raise UsageError(f"episode {episode.id}, segment {index}: response_mask must be {n} values of 0/1")
             if not view["prompt_ids"] or not any(mask):
                 continue  # nothing sampled: no loss to take
             rows.append({
@@ -120,6 +127,8 @@ def token_rows(episodes: Sequence[Episode], tokenizer: Any = None, *, extra_view
                 "completion_mask": mask,
                 "episode_id": episode.id,
                 "task_id": task_key(episode),
+                "segment": index,
+                "segment_start": view.get("start", "first"),
             })
     return rows
 

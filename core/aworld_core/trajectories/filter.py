@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aworld_core.schemas import Episode, EpisodeStatus
 from aworld_core.trajectories.read import task_key
+from aworld_core.worker.credit import episode_segments
 
 STOPS_TRUNCATED = ("length", "max_steps")  # the runtime's metadata["stop"] values for a cut-off episode
 
@@ -57,11 +58,11 @@ def num_tool_calls(episode: Episode) -> int:
 
 def is_truncated(episode: Episode) -> bool:
     view = episode.training
-    return bool(view is not None and view.truncated) or episode.metadata.get("stop") in STOPS_TRUNCATED
+    return bool(view is not None and view.any_truncated) or episode.metadata.get("stop") in STOPS_TRUNCATED
 
 
 def num_tokens(episode: Episode) -> int | None:
-    """Prompt + response tokens of the episode's token view(s); ``None`` without token data."""
+    """Prompt + response tokens of the episode's training segments; ``None`` without token data."""
     views = training_views(episode)
     if not views:
         return None
@@ -76,13 +77,19 @@ def num_sampled_tokens(episode: Episode) -> int | None:
 
 
 def training_views(episode: Episode) -> list[dict[str, Any]]:
-    """The episode's token views as dicts: the primary one, then other trained agents' sessions
-    (``metadata.extra_training``, a Swarm's other agents)."""
-    views: list[dict[str, Any]] = []
-    if episode.training is not None:
-        views.append(episode.training.model_dump())
-    views.extend(v for v in episode.metadata.get("extra_training") or [] if isinstance(v, dict))
-    return views
+    """The episode's training segments as dicts (``prompt_ids``, ``response_ids``, ``response_mask``,
+    ...), each token-exact on its own, in order: the primary session's segments (one, or more when
+    its history was rewritten or compacted), then a Swarm's other trained agents' sessions
+    (``metadata.extra_training``)."""
+    return [segment.model_dump() for segment in episode_segments(episode)]
+
+
+def stale_rewrite(episode: Episode) -> bool:
+    """Whether a view was recorded before segments existed and its client rewrote its history: its
+    turns after the rewrite were never recorded, so its tokens are only part of the episode."""
+    views = [episode.training.model_dump()] if episode.training is not None else []
+    views += [v for v in episode.metadata.get("extra_training") or [] if isinstance(v, dict)]
+    return any(v.get("history_rewritten") and not v.get("later_segments") for v in views)
 
 
 def _signature(episode: Episode) -> str:
@@ -171,8 +178,8 @@ def _first_failure(episode: Episode, spec: FilterSpec) -> str | None:
     views = training_views(episode)
     if spec.require_tokens and not views:
         return "no token data (required for the token-exact format)"
-    if views and any(v.get("history_rewritten") for v in views) and spec.require_tokens:
-        return "history rewritten by the client (its token view is not one conversation)"
+    if views and spec.require_tokens and stale_rewrite(episode):
+        return "history rewritten, recorded before segments (its later turns have no token data)"
     tokens = num_tokens(episode)
     if spec.min_tokens is not None or spec.max_tokens is not None:
         if tokens is None:
