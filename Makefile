@@ -136,11 +136,13 @@ postgres:
 	@scripts/postgres-for-tests.sh >/dev/null || echo "WARNING: PostgreSQL could not be started; the PostgreSQL tests will be SKIPPED"
 
 # system packages the tests need: bubblewrap (the GAIA environment's sandbox for model-written code)
-# bubblewrap: the GAIA sandbox; chromium: the GAIA browser (driven by Playwright); ffmpeg: media-video
+# bubblewrap: the GAIA sandbox; chromium: the GAIA browser (driven by Playwright); ffmpeg: media-video;
+# strace: the browser test that traces every network system call (tests/gaia_env/test_browser_network.py)
 sysdeps:
 	@MISSING=; command -v bwrap >/dev/null 2>&1 || MISSING="$$MISSING bubblewrap"; \
 	  [ -x /usr/lib/chromium/chromium ] || MISSING="$$MISSING chromium"; \
 	  command -v ffmpeg >/dev/null 2>&1 || MISSING="$$MISSING ffmpeg"; \
+	  command -v strace >/dev/null 2>&1 || MISSING="$$MISSING strace"; \
 	  [ -z "$$MISSING" ] || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=sudo; \
 	  else echo "error: missing system packages and installing them needs root: apt-get install -y$$MISSING" >&2; exit 1; fi; \

@@ -23,9 +23,9 @@
 #
 # After the command: the namespace's interfaces are listed with their packet counters (only lo,
 # so no packet can have left) and the command's exit status is returned. --trace DIR also runs
-# it under strace (connect/sendto/sendmsg/sendmmsg of every process, one file per process in
-# DIR) and lists every attempt to reach an address beyond loopback, and by which program
-# (scripts/offline_trace.py); a call beyond loopback that succeeded fails the run.
+# it under strace (connect/sendto/sendmsg/sendmmsg, execve and process creation of every thread,
+# one file per thread in DIR) and lists every attempt to reach an address beyond loopback, and
+# by which program (scripts/offline_trace.py); a call beyond loopback that succeeded fails the run.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -160,7 +160,10 @@ if [ -n "$TRACE" ]; then
     command -v strace >/dev/null 2>&1 || { say "--trace needs strace (apt-get install strace)"; exit 2; }
     rm -rf "$TRACE"
     mkdir -p "$TRACE"
-    strace -ff -qq -e trace=connect,sendto,sendmsg,sendmmsg,execve -o "$TRACE/trace" -- "$@"
+    pidns=()  # child pids inside a pid namespace (bubblewrap's) translated, so lineages hold
+    if strace -h 2>&1 | grep -q -- '--decode-pids'; then pidns=(--decode-pids=pidns); fi
+    strace -ff -qq "${pidns[@]}" -e trace=connect,sendto,sendmsg,sendmmsg,execve,clone,clone3,fork,vfork \
+        -o "$TRACE/trace" -- "$@"
 else
     "$@"
 fi

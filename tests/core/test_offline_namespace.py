@@ -56,6 +56,7 @@ def _load_trace_module():
     spec = importlib.util.spec_from_file_location("offline_trace", REPO / "scripts" / "offline_trace.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules["offline_trace"] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 

@@ -15,7 +15,8 @@ import time
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 ITEMS = {
     "emperor": {"title": "Emperor penguin exhibit", "donor": "Dr. Ada Frost", "species": "Emperor penguin", "height": 122},
@@ -173,6 +174,63 @@ async def redirect(request: Request) -> Response:
     return Response(status_code=302, headers={"Location": request.query_params["to"]})
 
 
+LEAK_NAMES = ("dns-prefetch.leak-test.example", "preconnect.leak-test.example", "prefetch.leak-test.example",
+              "img.leak-test.example", "fetch.leak-test.example", "ws.leak-test.example", "stun.leak-test.example")
+"""Names the leaky page asks Chromium to resolve or reach, each by another channel."""
+
+
+async def leaky(request: Request) -> Response:
+    """Everything a page can do to make the browser resolve or connect on its own: DNS prefetch,
+    preconnect, prefetch, an image, a fetch, WebRTC to a STUN server, WebSockets to this site
+    (allowed: it must echo), to a public name and to a private address."""
+    ws_site = f"ws://127.0.0.1:{request.url.port}/ws"
+    return HTMLResponse(f"""<!doctype html><html><head><title>Leaky</title>
+<link rel="dns-prefetch" href="//dns-prefetch.leak-test.example">
+<link rel="preconnect" href="http://preconnect.leak-test.example">
+<link rel="prefetch" href="http://prefetch.leak-test.example/next.html">
+</head><body><p id="r">trying</p>
+<a href="http://anchor.leak-test.example/">a link elsewhere</a>
+<img src="http://img.leak-test.example/x.png">
+<script>
+const out = {{}};
+try {{
+  const pc = new RTCPeerConnection({{iceServers: [{{urls: 'stun:stun.leak-test.example:3478'}}]}});
+  pc.createDataChannel('x');
+  pc.createOffer().then(o => pc.setLocalDescription(o));
+  out.rtc = 'WebRTC ran';
+}} catch (e) {{ out.rtc = 'no WebRTC'; }}
+out.fetch = 'pending';
+fetch('http://fetch.leak-test.example/').then(() => {{ out.fetch = 'reached'; }}, () => {{ out.fetch = 'blocked'; }});
+function socket(name, url) {{
+  out[name] = 'pending';
+  let ws;
+  try {{ ws = new WebSocket(url); }} catch (e) {{ out[name] = 'refused at once'; return; }}
+  ws.onopen = () => ws.send('ping');
+  ws.onmessage = (m) => {{ out[name] = 'got ' + m.data; ws.close(); }};
+  ws.onerror = () => {{ if (out[name] === 'pending') out[name] = 'failed'; }};
+  ws.onclose = () => {{ if (out[name] === 'pending') out[name] = 'closed'; }};
+}}
+socket('wsSite', {json.dumps(ws_site)});
+socket('wsPublic', 'ws://ws.leak-test.example/chat');
+socket('wsPrivate', 'ws://10.20.30.40:8080/');
+const started = Date.now();
+const finish = setInterval(() => {{  // when every attempt has settled (or after 20 s)
+  if (Object.values(out).includes('pending') && Date.now() - started < 20000) return;
+  clearInterval(finish);
+  document.getElementById('r').textContent = 'leaky done ' + JSON.stringify(out, Object.keys(out).sort());
+}}, 100);
+</script></body></html>""")
+
+
+async def ws_echo(websocket: WebSocket) -> None:
+    await websocket.accept()
+    try:
+        while True:
+            await websocket.send_text("echo:" + await websocket.receive_text())
+    except WebSocketDisconnect:
+        pass
+
+
 class BrowserSite:
     """The site, served by uvicorn from a thread on a free loopback port."""
 
@@ -182,7 +240,7 @@ class BrowserSite:
             Route("/files/{id}.csv", csv_file), Route("/options", options), Route("/popup", popup),
             Route("/slow", slow), Route("/hang.png", hang), Route("/huge", huge), Route("/many/{n}", many),
             Route("/cookie/set", cookie_set), Route("/cookie/show", cookie_show), Route("/probe", probe), Route("/redirect", redirect),
-            Route("/webrtc", webrtc),
+            Route("/webrtc", webrtc), Route("/leaky", leaky), WebSocketRoute("/ws", ws_echo),
         ])
         self.port = 0
         self._server = None

@@ -6,8 +6,10 @@ is downloaded at install or run time. Every request a page makes goes through a 
 applies the environment's address policy (http/https only; private and loopback hosts refused
 unless ``GAIA_ENV_ALLOW_PRIVATE_URLS`` or ``GAIA_ENV_ALLOWED_HOSTS`` allow them). ``file://`` never
 reaches Chromium: a workspace file is opened as ``http://workspace.invalid/<path>`` and served by
-the route handler from the race-free workspace reader, anything else is refused. WebRTC is off in
-every page (its STUN/TURN connections would not pass the route handler), ``browser__open`` takes no
+the route handler from the race-free workspace reader, anything else is refused. Chromium itself
+has no network (a namespace of its own, :mod:`aworld_gaia_env.browser_launch`): requests are
+fetched by Playwright's driver after the check, WebSockets relayed by this process after the same
+check on every address they connect to. WebRTC is off in every page, ``browser__open`` takes no
 ``data:``/``javascript:``/``blob:`` URL, and Chromium runs with a scrubbed environment (no API keys)
 and a private HOME, as its own unprivileged uid inside bubblewrap with its own sandbox on
 (:mod:`aworld_gaia_env.browser_launch`). Downloads are copied into the workspace through its writer (size-capped by
@@ -35,7 +37,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlsplit
 
-from aworld_gaia_env.browser_launch import IsolatedChromium, browser_uid, missing_isolation
+from aworld_gaia_env.browser_launch import IsolatedChromium, browser_uid, chromium_switches, missing_isolation
 from aworld_gaia_env.errors import ToolError
 
 if TYPE_CHECKING:
@@ -187,6 +189,7 @@ class EpisodeBrowser:
     rejected: list[Any] = field(default_factory=list)  # tabs closed for BROWSER_MAX_TABS
     last_screenshot: bytes | None = None
     last_screenshot_at: float = 0.0
+    relays: set[asyncio.Task[Any]] = field(default_factory=set)  # WebSockets relayed for the pages
 
     @property
     def page(self) -> Any:
@@ -208,6 +211,7 @@ class BrowserPool:
         self._host_ok: dict[tuple[str, int | None], tuple[float, str | None]] = {}
         self._home: Path | None = None
         self._isolation: IsolatedChromium | None = None
+        self._ws_session: Any = None  # aiohttp, for WebSockets relayed after the policy's check
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -222,17 +226,7 @@ class BrowserPool:
 
             if self._playwright is None:
                 self._playwright = await async_playwright().start()
-            args = [
-                "--disable-dev-shm-usage",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--disable-features=Translate,MediaRouter,OptimizationHints",
-                f"--js-flags=--max-old-space-size={self.settings.browser_js_heap_mb}",
-                "--webrtc-ip-handling-policy=disable_non_proxied_udp",
-            ]
+            args = chromium_switches(self.settings.browser_js_heap_mb)
             executable = find_executable(self.settings.browser_executable)
             assert executable is not None  # missing_browser said so
             isolated = self.settings.sandbox_isolation == "bwrap"
@@ -259,8 +253,9 @@ class BrowserPool:
                     import tempfile
 
                     self._home = Path(tempfile.mkdtemp(prefix="gaia-chromium-home-"))
-                env = chromium_env(self._home)
-                launch = {"executable_path": executable, "chromium_sandbox": os.geteuid() != 0}
+                env = {**chromium_env(self._home), "AWORLD_BROWSER_EXECUTABLE": executable}
+                launch = {"executable_path": IsolatedChromium.unisolated_launcher(self._home),
+                          "chromium_sandbox": os.geteuid() != 0}
             started = time.perf_counter()
             try:
                 self._browser = await self._playwright.chromium.launch(
@@ -321,7 +316,7 @@ class BrowserPool:
         state = self.episodes.pop(key, None)
         if state is None:
             return
-        for task in list(state.pending):
+        for task in [*state.pending, *state.relays]:
             task.cancel()
         with contextlib.suppress(Exception):
             await state.context.close()
@@ -337,6 +332,10 @@ class BrowserPool:
             with contextlib.suppress(Exception):
                 await self._playwright.stop()
             self._playwright = None
+        if self._ws_session is not None:
+            with contextlib.suppress(Exception):
+                await self._ws_session.close()
+            self._ws_session = None
         if self._home is not None:
             shutil.rmtree(self._home, ignore_errors=True)
             self._home = None
@@ -511,11 +510,63 @@ class BrowserPool:
     async def _route_ws(self, state: EpisodeBrowser, ws: Any) -> None:
         url = ws.url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
         reason = await self._refusal(url)
-        if reason is not None:
-            state.refused.append(f"WebSocket {ws.url}: {reason}")
-            await ws.close()
-            return
-        ws.connect_to_server()
+        if reason is None:
+            # Chromium has no network (its own namespace, browser_launch): this process connects,
+            # every address it connects to checked by the same policy, and relays both ways
+            try:
+                upstream = await asyncio.wait_for(self._ws_connect(ws), self.settings.browser_action_timeout_s)
+            except Exception as exc:
+                reason = f"did not connect ({short_error(exc) or type(exc).__name__})"
+            else:
+                self._relay(state, ws, upstream)
+                return
+        state.refused.append(f"WebSocket {ws.url}: {reason}")
+        with contextlib.suppress(Exception):
+            await ws.close(code=1008, reason="refused by the environment")
+
+    async def _ws_connect(self, ws: Any) -> Any:
+        import aiohttp
+
+        if self._ws_session is None or self._ws_session.closed:
+            connector = aiohttp.TCPConnector(resolver=_PolicyResolver(self), limit=64)
+            self._ws_session = aiohttp.ClientSession(
+                connector=connector, headers={"User-Agent": self.settings.user_agent}
+            )
+        return await self._ws_session.ws_connect(
+            ws.url, protocols=ws.protocols, max_msg_size=self.settings.download_max_bytes,
+            timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
+        )
+
+    def _relay(self, state: EpisodeBrowser, ws: Any, upstream: Any) -> None:
+        """Page -> server through Playwright's route handlers, server -> page by a task that lives
+        until either side closes (or the episode's browser does)."""
+        import aiohttp
+
+        def to_server(message: str | bytes) -> Any:
+            return upstream.send_str(message) if isinstance(message, str) else upstream.send_bytes(message)
+
+        async def page_closed(code: int | None, reason: str | None) -> None:
+            await upstream.close()
+
+        ws.on_message(to_server)
+        ws.on_close(page_closed)
+
+        async def to_page() -> None:
+            try:
+                async for message in upstream:
+                    if message.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                        ws.send(message.data)
+                    elif message.type == aiohttp.WSMsgType.ERROR:
+                        break
+            finally:
+                with contextlib.suppress(Exception):
+                    await upstream.close()
+                with contextlib.suppress(Exception):
+                    await ws.close(code=upstream.close_code or 1000, reason="")
+
+        task = asyncio.ensure_future(to_page())
+        state.relays.add(task)
+        task.add_done_callback(state.relays.discard)
 
     async def _serve_workspace_file(self, state: EpisodeBrowser, route: Any, url: str) -> None:
         import mimetypes
@@ -608,6 +659,26 @@ class BrowserPool:
         data = await page.screenshot(**options)
         state.last_screenshot, state.last_screenshot_at = data, time.monotonic()
         return data
+
+
+class _PolicyResolver:
+    """An aiohttp resolver that applies the pool's address policy to every host the relayed
+    WebSockets connect to (a redirect during the handshake included), then resolves it."""
+
+    def __init__(self, pool: BrowserPool):
+        import aiohttp
+
+        self._pool = pool
+        self._resolver = aiohttp.DefaultResolver()
+
+    async def resolve(self, host: str, port: int = 0, family: int = 0) -> list[dict[str, Any]]:
+        reason = await self._pool._refusal(f"http://{host}:{port}/" if port else f"http://{host}/")
+        if reason is not None:
+            raise OSError(f"refused: {reason}")
+        return await self._resolver.resolve(host, port, family)
+
+    async def close(self) -> None:
+        await self._resolver.close()
 
 
 def _frame_url(request: Any) -> str:

@@ -5,9 +5,16 @@ the server gives it a uid of its own (``SANDBOX_UID_BASE - 1``, below every epis
 bubblewrap gives it fresh user, mount, pid, ipc, uts and cgroup namespaces whose root holds ``/usr``
 and the few ``/etc`` files Chromium reads, read-only; a private HOME, the downloads directory and
 Playwright's profile directory, read-write; a tmpfs ``/tmp`` and ``/dev/shm``; a new ``/proc``. No
-workspace, no ``/work``, ``/root``, ``/var/run`` or host unix socket is in it. The network namespace
-stays the host's (pages are fetched), but every request still passes the route handler's address
-policy in :mod:`aworld_gaia_env.browser`, and WebRTC is off.
+workspace, no ``/work``, ``/root``, ``/var/run`` or host unix socket is in it.
+
+Its network namespace is its own, with only a loopback of its own: Chromium can resolve and
+connect to nothing. Every request a page makes is intercepted by Playwright's route handler
+(:mod:`aworld_gaia_env.browser`), checked by the address policy and fetched by Playwright's driver
+in the server's namespace; a WebSocket is relayed by the server after the same check. What
+Chromium would do on its own -- background services, DNS prefetch and preconnect, DNS-over-HTTPS
+probes, WebRTC -- has no way out, and is switched off besides (:func:`chromium_switches`, and the
+profile preferences the launcher writes), so it is not even tried. There is no resolver
+configuration in the box either.
 
 Because Chromium is not root, its own sandbox is on: its renderers get a further user namespace (the
 namespace sandbox; bubblewrap is not told ``--disable-userns``) and its seccomp-bpf filter.
@@ -34,11 +41,39 @@ from aworld_gaia_env.sandbox import find_bwrap
 LAUNCHER = Path(__file__).with_name("chromium_bwrap.sh")
 
 ETC_READ = (
-    "fonts", "ssl", "ca-certificates", "chromium", "chromium.d", "alternatives", "localtime", "hosts",
-    "resolv.conf", "nsswitch.conf", "host.conf", "gai.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
-    "mime.types", "os-release", "xdg",
+    "fonts", "ssl", "ca-certificates", "chromium", "chromium.d", "alternatives", "localtime",
+    "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "mime.types", "os-release", "xdg",
 )
-"""What Chromium reads of ``/etc``: fonts, certificates, its own defaults, name resolution, the loader."""
+"""What Chromium reads of ``/etc``: fonts, certificates, its own defaults, the loader. No
+``resolv.conf`` or ``hosts``: it resolves nothing (its network namespace has no way out)."""
+
+# Features off, beside Playwright's own list (the launcher merges the two --disable-features
+# switches: Chromium honours only the last): translation and its language-model download, the
+# browser's DNS-over-HTTPS and its probes, network time, optimization hints, media routing
+DISABLED_FEATURES = (
+    "Translate", "TranslateUI", "MediaRouter", "OptimizationHints", "DnsOverHttps", "NetworkTimeServiceQuerying",
+    "AutofillServerCommunication", "CertificateTransparencyComponentUpdater", "InterestFeedContentSuggestions",
+)
+
+
+def chromium_switches(js_heap_mb: int) -> list[str]:
+    """Chromium's switches on top of Playwright's: no background networking, no component or
+    sync traffic, every host name resolved to nothing (a page's requests never need Chromium's
+    resolver: the route handler fetches them), WebRTC without non-proxied UDP, the V8 heap cap."""
+    return [
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-domain-reliability",
+        "--no-pings",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--disable-features=" + ",".join(DISABLED_FEATURES),
+        f"--js-flags=--max-old-space-size={js_heap_mb}",
+        "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    ]
 
 OTHER_READ = ("/var/cache/fontconfig",)
 """Read outside ``/usr`` and ``/etc`` (fontconfig's cache: without it every start rescans the fonts)."""
@@ -93,6 +128,15 @@ class IsolatedChromium:
     def launcher(self) -> str:
         return str(self.base / LAUNCHER.name)
 
+    @staticmethod
+    def unisolated_launcher(directory: Path) -> str:
+        """The launcher for ``SANDBOX_ISOLATION=audit`` (it merges the switches, no bubblewrap),
+        copied into ``directory`` so it is executable whatever the install kept of its mode."""
+        target = directory / LAUNCHER.name
+        shutil.copyfile(LAUNCHER, target)
+        target.chmod(0o700)
+        return str(target)
+
     def env(self, executable: str) -> dict[str, str]:
         """What the launcher reads (it removes these before Chromium starts)."""
         return {
@@ -105,7 +149,7 @@ class IsolatedChromium:
         """Everything but Playwright's profile and Chromium's command line (the launcher adds them)."""
         uid = os.getuid() if self.uid is None else self.uid
         argv = [
-            "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net",
             "--hostname", "browser", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--uid", str(uid), "--gid", str(uid),
             "--ro-bind", "/usr", "/usr",
