@@ -170,6 +170,16 @@ setTimeout(() => {{ document.getElementById('r').textContent = 'webrtc done: ' +
     )
 
 
+async def vanish(request: Request) -> Response:
+    """A button that removes itself when clicked (its reference goes stale), and one that stays."""
+    return _page(
+        "Vanishing",
+        """<p id="state">both here</p>
+<button onclick="this.remove(); document.getElementById('state').textContent = 'one left'">Hide me</button>
+<button onclick="document.getElementById('state').textContent = 'still here'">Stay</button>""",
+    )
+
+
 async def redirect(request: Request) -> Response:
     return Response(status_code=302, headers={"Location": request.query_params["to"]})
 
@@ -241,6 +251,7 @@ class BrowserSite:
             Route("/slow", slow), Route("/hang.png", hang), Route("/huge", huge), Route("/many/{n}", many),
             Route("/cookie/set", cookie_set), Route("/cookie/show", cookie_show), Route("/probe", probe), Route("/redirect", redirect),
             Route("/webrtc", webrtc), Route("/leaky", leaky), WebSocketRoute("/ws", ws_echo),
+            Route("/vanish", vanish),
         ])
         self.port = 0
         self._server = None

@@ -158,6 +158,35 @@ async def test_page_count_limit(benv, site):
         assert again.is_error and "BROWSER_MAX_PAGES" in text_of(again)
 
 
+async def test_a_stale_or_unknown_reference_is_answered_at_once(benv, site):
+    """Not after BROWSER_ACTION_TIMEOUT_S (4 s here) with Playwright's 'Timeout 4000ms exceeded'."""
+    async with connect(benv, episode="ep-refs") as client:
+        page = text_of(await client.call_tool("browser__open", {"url": site.base + "/vanish"}))
+        hide = ref_of(page, "Hide me")
+        page = text_of(await client.call_tool("browser__click", {"ref": hide}))
+        assert "one left" in page
+        stale = await client.call_tool("browser__click", {"ref": hide})
+        assert stale.is_error and f"element {hide} is no longer on the page" in text_of(stale), text_of(stale)
+        assert "browser__read_page" in text_of(stale) and "Timeout" not in text_of(stale)
+        unknown = await client.call_tool("browser__type", {"ref": "e999", "text": "x"})
+        assert unknown.is_error and "there is no element e999 on this page" in text_of(unknown), text_of(unknown)
+        still = await client.call_tool("browser__click", {"ref": ref_of(page, "Stay")})
+        assert not still.is_error and "still here" in text_of(still)
+
+
+async def test_a_screenshot_is_kept_in_the_workspace_for_the_image_tools(benv, site):
+    async with connect(benv, episode="ep-shot") as client:
+        await client.call_tool("browser__open", {"url": site.base + "/item/king"})
+        first = await client.call_tool("browser__screenshot", {})
+        second = await client.call_tool("browser__screenshot", {"full_page": True})
+        listed = text_of(await client.call_tool("documents-txt__list_files", {}))
+    assert not first.is_error and first.content[1].mime_type == "image/png"  # and the image itself
+    assert "saved in the workspace as screenshots/001.png (media-image__ask_image can look at it)" in text_of(first)
+    assert "screenshots/002.png" in text_of(second) and "screenshots/001.png" in listed
+    saved = benv.workspace_root / "ep-shot" / "screenshots" / "001.png"
+    assert saved.read_bytes() == base64.b64decode(first.content[1].data)
+
+
 async def test_address_policy(benv, site):
     async with connect(benv, episode="ep-policy") as client:
         own = await client.call_tool("browser__open", {"url": f"http://127.0.0.1:{benv.port}/health"})

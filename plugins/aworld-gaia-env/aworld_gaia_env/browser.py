@@ -138,6 +138,12 @@ _SNAPSHOT_JS = r"""
 """
 
 
+# Whether the reference is on the page, and how many references the page has handed out
+_REF_CHECK_JS = r"""
+(ref) => [document.querySelector('[data-aw-ref="' + ref + '"]') !== null, (window.__awNext || 1) - 1]
+"""
+
+
 def find_executable(configured: Path | None) -> str | None:
     """The Chromium to drive: ``BROWSER_EXECUTABLE`` when set, else Debian's package paths."""
     if configured is not None:
@@ -190,6 +196,7 @@ class EpisodeBrowser:
     last_screenshot: bytes | None = None
     last_screenshot_at: float = 0.0
     relays: set[asyncio.Task[Any]] = field(default_factory=set)  # WebSockets relayed for the pages
+    screenshots: int = 0  # saved in the workspace so far
 
     @property
     def page(self) -> Any:
@@ -638,10 +645,27 @@ class BrowserPool:
         state.refused.clear()
         return "\n".join(notes)
 
-    def locator(self, state: EpisodeBrowser, ref: str) -> Any:
+    async def locator(self, state: EpisodeBrowser, ref: str) -> Any:
+        """The element ``ref`` names, checked first: a stale or unknown reference is answered at
+        once (an action on a missing element would wait BROWSER_ACTION_TIMEOUT_S for it)."""
         if not re.fullmatch(r"e\d+", ref):
             raise ToolError(f"bad element reference {ref!r}: use a reference like 'e12' from browser__read_page")
-        return state.page.locator(f'[data-aw-ref="{ref}"]')
+        page = state.page
+        try:
+            found, given = await page.evaluate(_REF_CHECK_JS, ref)
+        except Exception as exc:  # navigating: the document is being replaced
+            raise ToolError(f"cannot look up {ref} on {page.url} ({_short(exc)}); read the page again with "
+                            f"browser__read_page") from None
+        if not found:
+            again = "read the page again with browser__read_page and use a reference from that reading"
+            if given == 0:
+                raise ToolError(f"element {ref} is not on this page: the page ({page.url}) has not been read since "
+                                f"it loaded, so none of its elements has a reference yet; {again}")
+            if int(ref[1:]) <= given:
+                raise ToolError(f"element {ref} is no longer on the page: the page ({page.url}) changed since it was "
+                                f"read; {again}")
+            raise ToolError(f"there is no element {ref} on this page (its references go up to e{given}); {again}")
+        return page.locator(f'[data-aw-ref="{ref}"]')
 
     def check_loads(self, state: EpisodeBrowser) -> None:
         limit = self.settings.browser_max_pages
@@ -659,6 +683,17 @@ class BrowserPool:
         data = await page.screenshot(**options)
         state.last_screenshot, state.last_screenshot_at = data, time.monotonic()
         return data
+
+    async def save_screenshot(self, state: EpisodeBrowser, data: bytes) -> str:
+        """Keep a screenshot the agent asked for in the workspace (``screenshots/NNN.png``), so a
+        text-only agent can hand it to the image tools; the sentence that says where (or why not)."""
+        state.screenshots += 1
+        name = f"screenshots/{state.screenshots:03d}.png"
+        try:
+            rel = await asyncio.to_thread(state.workspace.add_file, name, data)
+        except ToolError as exc:
+            return f"not saved in the workspace: {exc}"
+        return f"saved in the workspace as {rel} (media-image__ask_image can look at it)"
 
 
 class _PolicyResolver:

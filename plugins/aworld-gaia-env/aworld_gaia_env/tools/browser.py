@@ -148,7 +148,7 @@ async def click(ctx: ToolContext, args: RefArgs) -> str:
 
     async def action(state: EpisodeBrowser) -> str | None:
         pool.check_loads(state)
-        target = pool.locator(state, args.ref)
+        target = await pool.locator(state, args.ref)
         timeout_ms = ctx.settings.browser_action_timeout_s * 1000
         if await target.evaluate(_OPENS_TAB):
             async with state.context.expect_page(timeout=timeout_ms) as popup:
@@ -179,7 +179,7 @@ async def type_text(ctx: ToolContext, args: TypeArgs) -> str:
     pool = ctx.services.browsers
 
     async def action(state: EpisodeBrowser) -> str | None:
-        field = pool.locator(state, args.ref)
+        field = await pool.locator(state, args.ref)
         await field.fill(args.text)
         if args.submit:
             pool.check_loads(state)
@@ -201,7 +201,7 @@ async def select_option(ctx: ToolContext, args: SelectArgs) -> str:
     pool = ctx.services.browsers
 
     async def action(state: EpisodeBrowser) -> str | None:
-        field = pool.locator(state, args.ref)
+        field = await pool.locator(state, args.ref)
         try:
             chosen = await field.select_option(value=args.value, timeout=2000)
         except Exception:
@@ -274,7 +274,9 @@ class ScreenshotArgs(Args):
     full_page: bool = Field(default=False, description="The whole page instead of the visible screen.")
 
 
-@tool(SERVER, "screenshot", "A screenshot of the current tab as an image.", ScreenshotArgs, missing=missing_browser)
+@tool(SERVER, "screenshot",
+      "A screenshot of the current tab: an image for a model that takes images, and a PNG saved in the workspace "
+      "(its path is in the answer) for the image tools.", ScreenshotArgs, missing=missing_browser)
 async def screenshot(ctx: ToolContext, args: ScreenshotArgs) -> ToolOutput:
     pool = ctx.services.browsers
     state = await pool.episode(ctx.workspace)
@@ -285,8 +287,10 @@ async def screenshot(ctx: ToolContext, args: ScreenshotArgs) -> ToolOutput:
             raise
         except Exception as exc:
             raise ToolError(f"screenshot failed: {short_error(exc)}") from None
+        saved = await pool.save_screenshot(state, data)
     page = state.page
-    return ToolOutput(f"screenshot of {page.url} ({len(data)} bytes PNG)", ((base64.b64encode(data).decode(), "image/png"),))
+    return ToolOutput(f"screenshot of {page.url} ({len(data)} bytes PNG), {saved}",
+                      ((base64.b64encode(data).decode(), "image/png"),))
 
 
 class WaitArgs(Args):
