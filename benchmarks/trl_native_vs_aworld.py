@@ -1,4 +1,4 @@
-"""Wall time to held-out accuracy 0.8: aworld-trl vs TRL 1.16's own tool calling, on the demo's task.
+"""Wall time to held-out accuracy 0.8: aworld-trl vs TRL 1.16's own tool calling, with tools that take time.
 
 What a TRL user would pick instead of aworld-trl is ``GRPOTrainer(tools=[calc])``: TRL generates
 with ``model.generate``, parses tool calls with the tokenizer's response template, calls the
@@ -7,11 +7,25 @@ Python function and generates again. Both sides here start from the same warm-st
 same reward (exact product), the same calculator logic (``aworld_cpu_grpo_demo.calculator.calculate``;
 over MCP on our side, a Python callable on TRL's), and the same budget (steps, prompts x
 generations, lr and schedule, sampling, ``max_completion_length`` covering sampled and tool
-tokens, two tool rounds then an answer). One process, one side after the other (``--first``).
+tokens, two tool rounds then an answer). One process, one run after the other.
 
-Every ``--eval-every`` steps both are measured by one function: the live policy's weights,
-greedy, the full tool loop (the demo's agent over the real MCP calculator), on the same held-out
-problems. Training wall time excludes those evaluations. Prints a table; never a test.
+**Tool latency** (``--latencies 0,50,300,1000,gaia300``): every tool call takes that long on both
+sides, drawn from the same distribution (``aworld_cpu_grpo_demo.calculator.ToolLatency``: ``N``
+fixed milliseconds, ``gaiaN`` log-normal with median N ms and a long tail, the shape of GAIA's
+search / page / sandbox calls). On our side the MCP tool sleeps (``asyncio.sleep`` in the server);
+TRL gets a sync tool that sleeps (``time.sleep``, side ``trl``) and an async one (``await
+asyncio.sleep``, side ``trl-async``, TRL's ``async def`` tool support). TRL 1.16's
+``_tool_call_loop`` calls a sync tool in a Python loop over the batch's completions, and gathers
+async tools only within one completion before blocking on the result, so both run the batch's
+calls one completion after another; our episodes run concurrently over MCP.
+
+Every ``--eval-every`` steps the live policy's weights are copied (milliseconds, excluded from
+training time); after training every copy is measured by one function: greedy, the full tool
+loop (the demo's agent over the real MCP calculator), the same held-out problems. So training is
+never interrupted and both sides are measured alike. ``--max-side-s`` caps one run's training
+wall time (slow tools make TRL-native's steps long): a capped run reports its seconds per step
+and, when it did not reach 0.8, a *projected* time = its s/step x the step at which the same
+side reached 0.8 without latency (marked ``proj.``). Prints tables; never a test.
 
 TRL cannot parse the demo's tool calls on its own: ``add_response_schema`` knows only the chat
 templates of named model families and raises "Unrecognized chat template, failed to add response
@@ -19,7 +33,8 @@ schema" for the demo's. As TRL's error says, the tokenizer gets a response templ
 own Qwen3 one (``<tool_call>{json}</tool_call>`` then content up to ``<|im_end|>``), which
 matches what the demo's template renders. Nothing else about TRL is changed.
 
-    .venv/bin/python benchmarks/trl_native_vs_aworld.py [--steps 100] [--eval-every 10] [--eval-n 100] [--first trl]
+    .venv/bin/python benchmarks/trl_native_vs_aworld.py [--latencies 0,50,300,1000] [--steps 40]
+        [--sides aworld,trl] [--trl-async-at 300] [--max-side-s 900] [--eval-every 10] [--eval-n 100]
     .venv/bin/python benchmarks/trl_native_vs_aworld.py --quick      # smoke test, tiny model, seconds
 """
 
@@ -54,6 +69,46 @@ def calc(expr: str) -> str:
     return calculate(expr)  # a ValueError becomes TRL's {"error": ...} tool result, as MCP's tool error
 
 
+def trl_tool(latency: Any, kind: str) -> Any:
+    """TRL's ``calc`` tool taking ``latency`` per call: a sync function (``time.sleep``) or an
+    ``async def`` (``await asyncio.sleep``); same name, docstring and schema as :func:`calc`."""
+    import asyncio
+
+    if not latency:
+        return calc
+    if kind == "sync":
+
+        def slow(expr: str) -> str:
+            time.sleep(latency.draw_s())
+            return calc(expr)
+    else:
+
+        async def slow(expr: str) -> str:  # type: ignore[misc]
+            await asyncio.sleep(latency.draw_s())
+            return calc(expr)
+
+    slow.__name__ = slow.__qualname__ = "calc"
+    slow.__doc__ = calc.__doc__
+    return slow
+
+
+def parse_latency(text: str) -> tuple[float, str]:
+    """``300`` -> (300, fixed); ``gaia300`` -> (300, gaia)."""
+    text = text.strip()
+    kind = "gaia" if text.startswith("gaia") else "fixed"
+    try:
+        ms = float(text[4:] if kind == "gaia" else text)
+    except ValueError:
+        raise SystemExit(f"--latencies: {text!r} is neither N (fixed ms) nor gaiaN (log-normal, median N ms)") from None
+    if ms < 0:
+        raise SystemExit(f"--latencies: {text!r} is negative")
+    return ms, kind
+
+
+def latency_label(ms: float, kind: str) -> str:
+    return f"{ms:g} ms" if kind == "fixed" else f"gaia {ms:g} ms"
+
+
 def exact_reward(completions: list[Any], ground_truth: list[str], **kwargs: Any) -> list[float]:
     """The demo's ``exact_answer`` on the last assistant message (the answer turn)."""
     from aworld_cpu_grpo_demo.reward import exact_answer
@@ -68,11 +123,17 @@ def exact_reward(completions: list[Any], ground_truth: list[str], **kwargs: Any)
 
 
 class Calculator:
-    """The demo's MCP calculator as a process on 127.0.0.1 (what the job's environment starts)."""
+    """The demo's MCP calculator as a process on 127.0.0.1 (what the job's environment starts),
+    each call taking ``latency_ms`` (``kind``: fixed or gaia)."""
+
+    def __init__(self, latency_ms: float = 0.0, kind: str = "fixed"):
+        self.args = ["--latency-ms", f"{latency_ms:g}", "--latency-dist", kind]
 
     def __enter__(self) -> Calculator:
-        self.proc = subprocess.Popen([sys.executable, "-m", "aworld_cpu_grpo_demo.calculator"],
-                                     stdout=subprocess.PIPE, text=True)
+        from aworld_core.offline import OFFLINE_ENV
+
+        self.proc = subprocess.Popen([sys.executable, "-m", "aworld_cpu_grpo_demo.calculator", *self.args],
+                                     stdout=subprocess.PIPE, text=True, env={**os.environ, **OFFLINE_ENV})
         info = json.loads(self.proc.stdout.readline())  # type: ignore[union-attr]
         self.url, self.token = f"http://127.0.0.1:{info['port']}/mcp", info["token"]
         return self
@@ -126,40 +187,63 @@ class Evaluator:
         return evaluate_greedy(runner, self.loop, self.samples, tag=tag, model=model).accuracy
 
 
-def eval_callback(evaluate: Any, every: int, name: str) -> Any:
-    """Evaluates every ``every`` steps (and at the end); keeps (step, training seconds, accuracy)."""
+def eval_callback(every: int, name: str, max_s: float | None) -> Any:
+    """Copies the weights every ``every`` steps (and at the end), keeping (step, training seconds,
+    weights); stops training after ``max_s`` seconds. Evaluated after training (:func:`evaluate_points`)."""
     from transformers import TrainerCallback
 
-    class PeriodicEval(TrainerCallback):  # type: ignore[misc]
+    class PeriodicSnapshot(TrainerCallback):  # type: ignore[misc]
         def __init__(self) -> None:
+            self.snapshots: list[tuple[int, float, dict[str, Any]]] = []
             self.points: list[tuple[int, float, float]] = []
-            self.eval_s = 0.0
+            self.copy_s = 0.0
             self.logs: list[dict[str, float]] = []
+            self.capped = False
+            self.steps = 0
+            self.train_s = 0.0
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                    **kwargs: Any) -> None:
-            keys = ("reward", "tools/call_frequency", "aworld/tool_call_rate")
+            keys = ("reward", "tools/call_frequency", "aworld/tool_call_rate", "aworld/rollout_s",
+                    "aworld/staleness_mean")
             if logs and "reward" in logs:
                 self.logs.append({k: float(logs[k]) for k in keys if isinstance(logs.get(k), (int, float))})
 
+        def _snapshot(self, model: Any, step: int, train_s: float) -> None:
+            began = time.perf_counter()
+            self.snapshots.append((step, train_s, {k: v.detach().clone() for k, v in model.state_dict().items()}))
+            self.copy_s += time.perf_counter() - began
+
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-            accuracy = evaluate(model, f"{name}-0")
-            self.points.append((0, 0.0, accuracy))
-            print(f"  {name:7s} step    0: held-out accuracy {accuracy:.2f}", flush=True)
+            self._snapshot(model, 0, 0.0)
             self.started = time.perf_counter()
 
         def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
             step = state.global_step
-            if step % every and step != state.max_steps:
+            train_s = time.perf_counter() - self.started - self.copy_s
+            self.steps, self.train_s = step, train_s
+            if max_s is not None and train_s > max_s and step != state.max_steps:
+                self.capped = True
+                control.should_training_stop = True
+            if step % every and step != state.max_steps and not self.capped:
                 return
-            began = time.perf_counter()
-            train_s = began - self.started - self.eval_s
-            accuracy = evaluate(model, f"{name}-{step}")
-            self.eval_s += time.perf_counter() - began
-            self.points.append((step, train_s, accuracy))
-            print(f"  {name:7s} step {step:4d}: {train_s:6.1f}s training, held-out accuracy {accuracy:.2f}", flush=True)
+            self._snapshot(model, step, train_s)
+            print(f"  {name:10s} step {step:4d}: {train_s:6.1f}s training", flush=True)
 
-    return PeriodicEval()
+    return PeriodicSnapshot()
+
+
+def evaluate_points(callback: Any, evaluate: Any, model_dir: Path, name: str) -> None:
+    """Held-out accuracy of every snapshot the callback kept (one model object, weights loaded in turn)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    for step, train_s, weights in callback.snapshots:
+        model.load_state_dict(weights)
+        accuracy = evaluate(model, f"{name}-{step}")
+        callback.points.append((step, train_s, accuracy))
+        print(f"  {name:10s} step {step:4d}: {train_s:6.1f}s training, held-out accuracy {accuracy:.2f}", flush=True)
+    callback.snapshots.clear()
 
 
 def quiet(trainer: Any) -> Any:
@@ -170,8 +254,10 @@ def quiet(trainer: Any) -> Any:
     return trainer
 
 
-def run_aworld(job: Any, model_dir: Path, evaluate: Any, every: int, loop: Any) -> Any:
-    """The demo's training path (``aworld_trl.trainer.TrlRun``'s parts) with the periodic evaluation."""
+def run_aworld(job: Any, model_dir: Path, every: int, loop: Any, *, name: str = "aworld",
+               max_s: float | None = None, async_rollout: dict[str, Any] | None = None) -> Any:
+    """The demo's training path (``aworld_trl.trainer.TrlRun``'s parts) with the periodic snapshots;
+    ``async_rollout``: asynchronous GRPO (``aworld_trl.async_grpo``) with these settings."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
@@ -192,15 +278,24 @@ def run_aworld(job: Any, model_dir: Path, evaluate: Any, every: int, loop: Any) 
     llm = build_token_llm(engine, tokenizer, job, max_response_tokens=args.max_completion_length)
     runner = EpisodeRunner.from_job(job, llm, agent=build_agent(job))
     samples = load_dataset_section(job.train_dataset, job.base_dir)
-    rollout = AworldRollout(runner, samples, loop=loop, engine=engine, placeholder_id=tokenizer.eos_token_id,
-                            sampling=trl_sampling(args), trajectory_every=0,
-                            failed_steps=FailedSteps(job.rollout.max_failed_steps, setting="rollout.max_failed_steps"),
-                            torch_threads=options.rollout_torch_threads)
-    callback = eval_callback(evaluate, every, "aworld")
-    trainer = trainer_class()(model=model, reward_funcs=[make_reward_func("exact_answer")], args=args,
-                              train_dataset=Dataset.from_list(rollout.dataset_rows()), processing_class=tokenizer,
-                              rollout_func=rollout, callbacks=[callback])
+    common = dict(loop=loop, engine=engine, placeholder_id=tokenizer.eos_token_id, sampling=trl_sampling(args),
+                  trajectory_every=0,
+                  failed_steps=FailedSteps(job.rollout.max_failed_steps, setting="rollout.max_failed_steps"))
+    if async_rollout is None:
+        rollout: Any = AworldRollout(runner, samples, torch_threads=options.rollout_torch_threads, **common)
+        cls = trainer_class()
+    else:
+        from aworld_trl.async_grpo import AsyncRollout, async_trainer_class
+
+        rollout = AsyncRollout(runner, samples, **common, **async_rollout)
+        cls = async_trainer_class()
+    callback = eval_callback(every, name, max_s)
+    trainer = cls(model=model, reward_funcs=[make_reward_func("exact_answer")], args=args,
+                  train_dataset=Dataset.from_list(rollout.dataset_rows()), processing_class=tokenizer,
+                  rollout_func=rollout, callbacks=[callback])
     quiet(trainer).train()
+    rollout.sync_weights(model, trainer.state.global_step)
+    callback.rollout = rollout
     return callback
 
 
@@ -220,8 +315,9 @@ def trl_tokenizer(model_dir: Path) -> Any:
     return tokenizer
 
 
-def run_trl_native(job: Any, model_dir: Path, evaluate: Any, every: int, opts: argparse.Namespace) -> Any:
-    """``GRPOTrainer(tools=[calc])`` with the same GRPO settings as the aworld side."""
+def run_trl_native(job: Any, model_dir: Path, every: int, opts: argparse.Namespace, *, name: str = "trl",
+                   tool: Any = calc, max_s: float | None = None) -> Any:
+    """``GRPOTrainer(tools=[tool])`` with the same GRPO settings as the aworld side."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
@@ -239,9 +335,9 @@ def run_trl_native(job: Any, model_dir: Path, evaluate: Any, every: int, opts: a
     samples = load_dataset_section(job.train_dataset, job.base_dir)
     rows = [{"prompt": s.prompt, "ground_truth": s.ground_truth} for s in samples]
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
-    callback = eval_callback(evaluate, every, "trl")
+    callback = eval_callback(every, name, max_s)
     trainer = GRPOTrainer(model=model, reward_funcs=[exact_reward], args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=trl_tokenizer(model_dir), tools=[calc], callbacks=[callback])
+                          processing_class=trl_tokenizer(model_dir), tools=[tool], callbacks=[callback])
     quiet(trainer).train()
     return callback
 
@@ -275,33 +371,105 @@ def _span(logs: list[dict[str, float]], *keys: str, window: int = 10) -> str:
     return f"{sum(first) / len(first):.2f}->{sum(last) / len(last):.2f}"
 
 
-def table(results: dict[str, Any], opts: argparse.Namespace, loads: dict[str, tuple[float, float]]) -> None:
+class Run:
+    """One side's training at one latency: its points and what it measured."""
+
+    def __init__(self, side: str, callback: Any, load: tuple[float, float], episodes_per_step: int):
+        self.side, self.cb, self.load = side, callback, load
+        pts = callback.points
+        self.acc0 = pts[0][2]
+        self.final = pts[-1][2]
+        self.best = max(p[2] for p in pts)
+        self.hit = reached(pts[1:])
+        self.steps = callback.steps or pts[-1][0]
+        self.train_s = callback.train_s or pts[-1][1]
+        self.s_per_step = self.train_s / max(1, self.steps)
+        self.eps = self.steps * episodes_per_step / self.train_s if self.train_s else 0.0
+        self.capped = callback.capped
+        self.projected: float | None = None
+
+    def to_target(self) -> str:
+        if self.hit:
+            return f"{self.hit[1]:.0f} s (step {self.hit[0]})"
+        if self.projected is not None:
+            return f"proj. {self.projected:.0f} s"
+        return "not reached"
+
+    def target_s(self) -> float | None:
+        return self.hit[1] if self.hit else self.projected
+
+
+def project(results: dict[str, dict[str, Run]]) -> None:
+    """A capped run that did not reach 0.8: its s/step x the step at which the same side reached 0.8
+    at the lowest latency measured (else the step aworld needed at this latency)."""
+    labels = list(results)
+    for label in labels:
+        for side, run in results[label].items():
+            if run.hit or not run.capped:
+                continue
+            base = next((results[other][side].hit for other in labels if side in results[other]
+                         and results[other][side].hit), None)
+            if base is None and "aworld" in results[label] and results[label]["aworld"].hit:
+                base = results[label]["aworld"].hit
+            if base is not None:
+                run.projected = run.s_per_step * base[0]
+
+
+def table(results: dict[str, dict[str, Run]], opts: argparse.Namespace) -> None:
     print(f"\n{opts.steps} GRPO steps x {opts.prompts} prompts x {opts.generations} generations, lr {opts.lr:g}, "
           f"max {opts.length} tokens, {opts.threads} torch thread(s); held-out: {opts.eval_n} problems, greedy, "
-          f"every {opts.eval_every} steps; {os.cpu_count()} CPUs")
-    print(f"{'side':10s} {'acc@0':>6s} {'final':>6s} {'best':>6s} {'to 0.8 (step, s)':>18s} "
-          f"{'train s':>8s} {'s/step':>7s} {'reward':>11s} {'tool calls':>11s} {'load avg':>10s}")
-    for name in ("aworld", "trl"):
-        cb = results[name]
-        pts = cb.points
-        hit = reached(pts[1:])
-        total = pts[-1][1]
-        steps = pts[-1][0] or 1
-        hit_text = f"{hit[0]}, {hit[1]:.0f}" if hit else "not reached"
-        print(f"{name:10s} {pts[0][2]:6.2f} {pts[-1][2]:6.2f} {max(p[2] for p in pts):6.2f} {hit_text:>18s} "
-              f"{total:8.0f} {total / steps:7.2f} {_span(cb.logs, 'reward'):>11s} "
-              f"{_span(cb.logs, 'tools/call_frequency', 'aworld/tool_call_rate'):>11s} "
-              f"{loads[name][0]:4.1f}->{loads[name][1]:.1f}")
-    ours, theirs = (reached(results[k].points[1:]) for k in ("aworld", "trl"))
-    if ours and theirs:
-        print(f"time to {TARGET}: aworld / TRL-native = {ours[1] / theirs[1]:.2f} (target <= 0.5)")
-    else:
-        print(f"time to {TARGET}: ratio undefined ({'aworld' if not ours else 'TRL-native'} did not reach it)")
+          f"every {opts.eval_every} steps; training capped at {opts.max_side_s:g} s per run; {os.cpu_count()} CPUs")
+    print(f"{'tool latency':14s} {'side':12s} {'acc@0':>5s} {'final':>5s} {'best':>5s} {'to 0.8':>18s} {'steps':>5s} "
+          f"{'train s':>7s} {'s/step':>6s} {'ep/s':>6s} {'reward':>10s} {'tool calls':>10s} {'load avg':>9s}")
+    for label, runs in results.items():
+        for side, run in runs.items():
+            print(f"{label:14s} {side:12s} {run.acc0:5.2f} {run.final:5.2f} {run.best:5.2f} {run.to_target():>18s} "
+                  f"{run.steps:5d}{'*' if run.capped else ' '}{run.train_s:7.0f} {run.s_per_step:6.2f} {run.eps:6.1f} "
+                  f"{_span(run.cb.logs, 'reward'):>10s} "
+                  f"{_span(run.cb.logs, 'tools/call_frequency', 'aworld/tool_call_rate'):>10s} "
+                  f"{run.load[0]:4.1f}-{run.load[1]:.1f}")
+    if any(run.capped for runs in results.values() for run in runs.values()):
+        print("  * capped at --max-side-s: trained fewer steps; 'proj.' = s/step x the step the same side reached "
+              f"{TARGET} at the lowest latency")
+    print(f"\ntime to held-out {TARGET} (training seconds) and episodes/s, side by side:")
+    others = [s for s in ("trl", "trl-async") if any(s in runs for runs in results.values())]
+    head = f"{'tool latency':14s} {'aworld':>18s} " + " ".join(f"{s:>18s}" for s in others)
+    head += " " + " ".join(f"{'aworld/' + s:>16s}" for s in others) + f" {'ep/s aworld':>11s} " + \
+        " ".join(f"{'ep/s ' + s:>13s}" for s in others) + f" {'final acc':>18s}"
+    print(head)
+    for label, runs in results.items():
+        ours = runs.get("aworld")
+        if ours is None:
+            continue
+        cols = [f"{ours.to_target():>18s}"] + [f"{runs[s].to_target() if s in runs else '-':>18s}" for s in others]
+        ratios = []
+        for s in others:
+            mine, theirs = ours.target_s(), runs[s].target_s() if s in runs else None
+            ratios.append(f"{mine / theirs:16.2f}" if mine and theirs else f"{'-':>16s}")
+        eps = [f"{ours.eps:11.1f}"] + [f"{runs[s].eps if s in runs else float('nan'):13.1f}" for s in others]
+        finals = "/".join(f"{runs[s].final:.2f}" for s in ["aworld", *others] if s in runs)
+        print(f"{label:14s} {' '.join(cols)} {' '.join(ratios)} {' '.join(eps)} {finals:>18s}")
+    print(f"target at 300 ms: aworld reaches {TARGET} in <= 0.2 x TRL-native's time at the same accuracy")
+
+
+def run_side(side: str, job: Any, model_dir: Path, loop: Any, opts: argparse.Namespace, latency: Any) -> Any:
+    if side == "aworld":
+        return run_aworld(job, model_dir, opts.eval_every, loop, max_s=opts.max_side_s)
+    kind = "async" if side == "trl-async" else "sync"
+    return run_trl_native(job, model_dir, opts.eval_every, opts, name=side, max_s=opts.max_side_s,
+                          tool=trl_tool(latency, kind))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=100, help="GRPO steps per side (the demo's 100)")
+    parser.add_argument("--latencies", default="0,50,300,1000",
+                        help="tool latencies, comma-separated: N = fixed N ms, gaiaN = log-normal with median N ms")
+    parser.add_argument("--sides", default="aworld,trl",
+                        help="at every latency: aworld, trl (sync tool), trl-async (async tool)")
+    parser.add_argument("--trl-async-at", default="300",
+                        help="latencies (as in --latencies) at which TRL also runs with an async tool; '' for none")
+    parser.add_argument("--steps", type=int, default=100, help="GRPO steps per run (the demo's 100)")
+    parser.add_argument("--max-side-s", type=float, default=900.0, help="cap on one run's training seconds")
     parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
     parser.add_argument("--generations", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-4)
@@ -311,12 +479,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     parser.add_argument("--model", default=None, help=f"warm-started model directory (default {DEMO_MODEL})")
     parser.add_argument("--first", choices=("aworld", "trl"), default="aworld",
-                        help="which side trains first (the machine's load drifts: run both orders)")
+                        help="which side trains first at each latency (the machine's load drifts: run both orders)")
     parser.add_argument("--quick", action="store_true", help="smoke test: tiny model, 2 steps, 4 problems")
     opts = parser.parse_args(argv)
     if opts.quick:
         opts.steps, opts.prompts, opts.generations, opts.length = 2, 2, 2, 48
         opts.eval_every, opts.eval_n = 1, 4
+        if opts.latencies == parser.get_default("latencies"):
+            opts.latencies, opts.trl_async_at = "gaia20", "gaia20"
+    latencies = [parse_latency(x) for x in opts.latencies.split(",") if x.strip()]
+    async_at = {parse_latency(x) for x in opts.trl_async_at.split(",") if x.strip()}
+    sides = [s.strip() for s in opts.sides.split(",") if s.strip()]
+    unknown = set(sides) - {"aworld", "trl", "trl-async"}
+    if unknown:
+        parser.error(f"--sides: unknown {sorted(unknown)}; choose from aworld, trl, trl-async")
 
     import warnings
 
@@ -325,26 +501,36 @@ def main(argv: list[str] | None = None) -> int:
     from aworld_core.runtime.loop_thread import LoopThread
     from aworld_core.tokens.llm import load_tokenizer
     from aworld_core.worker import load_job
+    from aworld_cpu_grpo_demo.calculator import ToolLatency
     from aworld_cpu_grpo_demo.tasks import load_arith
 
     warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
     torch.set_num_threads(opts.threads)
     held_out = load_arith(n=opts.eval_n, seed=0, split="test")
-    results: dict[str, Any] = {}
-    loads: dict[str, tuple[float, float]] = {}
-    with tempfile.TemporaryDirectory() as tmp, Calculator() as calculator, LoopThread("bench") as loop:
+    results: dict[str, dict[str, Run]] = {}
+    per_step = opts.prompts * opts.generations
+    with tempfile.TemporaryDirectory() as tmp, LoopThread("bench") as loop:
         model_dir = model_for(opts, Path(tmp))
-        job = load_job(demo_job(model_dir, Path(tmp) / "out", calculator.mcp_config(), opts))
-        evaluate = Evaluator(job, load_tokenizer(model_dir), held_out, loop, opts.length)
-        runs = {"aworld": lambda: run_aworld(job, model_dir, evaluate, opts.eval_every, loop),
-                "trl": lambda: run_trl_native(job, model_dir, evaluate, opts.eval_every, opts)}
-        order = ["aworld", "trl"] if opts.first == "aworld" else ["trl", "aworld"]
-        for name, run in ((name, runs[name]) for name in order):
-            print(f"{name}: training (load average {os.getloadavg()[0]:.1f})", flush=True)
-            first = os.getloadavg()[0]
-            results[name] = run()
-            loads[name] = (first, os.getloadavg()[0])
-    table(results, opts, loads)
+        for ms, kind in latencies:
+            label = latency_label(ms, kind)
+            results[label] = {}
+            with Calculator(ms, kind) as calculator:
+                job = load_job(demo_job(model_dir, Path(tmp) / "out", calculator.mcp_config(), opts))
+                evaluate = Evaluator(job, load_tokenizer(model_dir), held_out, loop, opts.length)
+                order = list(sides)
+                if (ms, kind) in async_at and "trl-async" not in order:
+                    order.append("trl-async")
+                if opts.first == "trl":
+                    order.sort(key=lambda s: s == "aworld")
+                for side in order:
+                    first = os.getloadavg()[0]
+                    print(f"{label}, {side}: training (load average {first:.1f})", flush=True)
+                    callback = run_side(side, job, model_dir, loop, opts, ToolLatency(ms, kind))
+                    load = (first, os.getloadavg()[0])
+                    evaluate_points(callback, evaluate, model_dir, side)
+                    results[label][side] = Run(side, callback, load, per_step)
+    project(results)
+    table(results, opts)
     return 0
 
 
