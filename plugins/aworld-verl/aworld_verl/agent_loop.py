@@ -37,7 +37,13 @@ from aworld_core.worker.build import agent_from_ref, build_agent, check_agent, t
 from aworld_core.worker.records import outcome_record
 from aworld_core.worker.rendezvous import Member, group_decider
 from aworld_verl.groups import check_v0_group_size, expected_group_sizes, is_v1, warn_split
-from aworld_verl.output import placeholder_output, training_output, views_of
+from aworld_verl.output import (
+    placeholder_output,
+    segment_refusal,
+    training_output,
+    views_of,
+    warn_segmented_v0,
+)
 from aworld_verl.rows import plain, sample_from_row
 from aworld_verl.sampling import sampling_from_verl
 from aworld_verl.worker_state import WorkerState, worker_state
@@ -234,14 +240,21 @@ class AworldAgentLoop(AgentLoopBase):
                                 group.group_id)
         reason = state.outcomes.episode(episode, dropped=group.dropped, needs_reward=self.reward_in_loop)
         reward = group.neutral_rewards()[member.index]
+        refusal = None if reason is not None else segment_refusal(
+            episode, v1=v1, loss_agg_mode=self.config.actor_rollout_ref.actor.get("loss_agg_mode"))
+        if refusal is not None:  # V0, several segments: its reward stays in the group, no token trains
+            reason = refusal
+            warn_segmented_v0(episode)
         facts = outcome_record(episode, needs_reward=self.reward_in_loop, neutral=reason is not None)
+        if refusal is not None:
+            facts["untrained"] = refusal
         if reason is not None:
             output = placeholder_output(
                 episode, stats, facts, self._prompt_ids(state, sample), pad_id_of(self.tokenizer),
                 reward=reward, reward_info=v1, global_steps=steps,
             )
             return [output] if v1 else output
-        views = views_of(episode)
+        views = views_of(episode)  # one output per training segment
         if any(v.truncated for v in views):
             state.outcomes.add("truncated")
         if not v1:

@@ -5,6 +5,13 @@ engine sampled (mask 1, with its logprobs) and what the chat template rendered f
 environment messages (mask 0). Nothing is re-tokenized here; ids, mask and logprobs are cut at
 ``response_length`` together.
 
+An episode is one output per training segment (``aworld_core.worker.credit``): its segments in
+order (a rewritten or compacted history starts a new one; a Swarm's other trained agents add
+theirs), the reward on the last. That is verl V1's list output: V1 computes GRPO from each
+session's final output and broadcasts its advantage to the session's other outputs, which is the
+core's credit rule. V0 takes one output per sample, so an episode of several segments cannot
+train there: it keeps its group place as a masked row with its reward (:func:`segment_refusal`).
+
 A member that does not train still holds its place in its GRPO group: :func:`placeholder_output`
 is its prompt and one padding token, mask 0 and logprob 0 (no gradient), with the reward the group
 policy gave it (neutral for the group's statistics). Every output carries ``extra_fields["aworld"]``:
@@ -14,24 +21,66 @@ counts per step.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from aworld_core.schemas import Episode, TrainingView
+from aworld_core.errors import UsageError
+from aworld_core.schemas import Episode, TrainingSegment
+from aworld_core.worker.credit import check_token_mean, episode_segments, has_segment_rewards
 from aworld_verl.engine import EpisodeEngineStats
+
+logger = logging.getLogger(__name__)
 
 # extra_fields key of what the sampler counts
 AWORLD = "aworld"
 
 
-def views_of(episode: Episode) -> list[TrainingView]:
-    """The episode's trained sessions in the order they ran: the primary first, then those of
-    trained agents called later (a swarm's trained members)."""
-    if episode.training is None:
-        return []
-    views = [episode.training]
-    for extra in episode.metadata.get("extra_training") or []:
-        views.append(extra if isinstance(extra, TrainingView) else TrainingView.model_validate(extra))
-    return views
+def views_of(episode: Episode) -> list[TrainingSegment]:
+    """The episode's training segments in order: the primary session's (one, or more when its
+    history was rewritten or compacted), then those of trained agents called later (a swarm's
+    trained members). One output each."""
+    return episode_segments(episode)
+
+
+# why a V0 sample's episode does not train (a masked row keeps its place and reward)
+SEGMENTED_ON_V0 = "segmented_on_v0"
+
+
+def segment_refusal(episode: Episode, *, v1: bool, loss_agg_mode: str | None) -> str | None:
+    """Whether verl can train ``episode``'s segments: ``None`` when it can; ``SEGMENTED_ON_V0``
+    when it has several and runs under V0 (one output per sample: the episode keeps its group
+    place untrained). Raises ``UsageError`` for what no episode could train under this config:
+    per-segment rewards (V1 gives every output of a session the final output's reward and
+    advantage), or a per-sequence ``loss_agg_mode`` (it would weigh an episode by its segments)."""
+    segments = episode_segments(episode)
+    if has_segment_rewards(episode):
+        raise UsageError(
+            f"episode {episode.id}: the reward gave per-segment rewards, which verl cannot apply (V1 gives every "
+            "output of a session its final output's reward and GRPO advantage); return one reward per episode on "
+            "the verl backend"
+        )
+    if len(segments) <= 1:
+        return None
+    if not v1:
+        return SEGMENTED_ON_V0
+    check_token_mean(str(loss_agg_mode or "token-mean"), token_mean=("token-mean",), multi_segment=True,
+                     setting="actor_rollout_ref.actor.loss_agg_mode")
+    return None
+
+
+_warned_v0: list[bool] = []
+
+
+def warn_segmented_v0(episode: Episode) -> None:
+    """Say once per process why a V0 episode of several segments does not train."""
+    if not _warned_v0:
+        _warned_v0.append(True)
+        logger.warning(
+            "episode %s has %d training segments (its history was rewritten or compacted); verl V0 takes one "
+            "output per sample, so such episodes keep their group place untrained (counted as untrained/%s). "
+            "Run verl's V1 trainer (trainer.use_v1=true) to train every segment", episode.id,
+            len(episode_segments(episode)), SEGMENTED_ON_V0,
+        )
 
 
 def _tool_seconds(episode: Episode) -> float:
@@ -40,7 +89,7 @@ def _tool_seconds(episode: Episode) -> float:
     )
 
 
-def _turns(episode: Episode, view: TrainingView | None, primary: bool) -> int:
+def _turns(episode: Episode, view: TrainingSegment | None, primary: bool) -> int:
     """verl counts chat turns: user, assistant and tool messages of the trained conversation."""
     if primary and episode.messages:
         return sum(1 for m in episode.messages if m.get("role") != "system")
@@ -92,7 +141,7 @@ def _metrics(episode: Episode, stats: EpisodeEngineStats) -> Any:
 
 def training_output(
     episode: Episode,
-    view: TrainingView,
+    view: TrainingSegment,
     stats: EpisodeEngineStats,
     facts: dict[str, Any],
     *,
@@ -103,7 +152,7 @@ def training_output(
     reward_info: bool = False,
     global_steps: int | None = None,
 ) -> Any:
-    """One trained session as an ``AgentLoopOutput`` (``reward`` goes to ``reward_score``;
+    """One training segment as an ``AgentLoopOutput`` (``reward`` goes to ``reward_score``;
     ``reward_info`` also puts it in ``extra_fields["reward_extra_info"]``)."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
