@@ -95,6 +95,7 @@ class Gateway:
         self.model_name = model_name or llm.model_name
         self.created = int(time.time())
         self.responses = rs.ResponseStore()
+        self._puts = 0
         # a template without a developer role of its own renders 'developer' as its system role
         self.developer_as_system = "developer" not in (llm.renderer.template or "")
         routes = []
@@ -250,6 +251,7 @@ class Gateway:
             "model": self.model_name,
         }
         want_top = chat.top_logprobs is not None
+        wants_logprobs = chat.logprobs
 
         def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
             choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
@@ -270,7 +272,10 @@ class Gateway:
                     text.feed(list(chat.turn.forced_ids))
                     fed_forced = True
                 reasoning, content = text.feed(piece.token_ids)
-                pending += self._token_logprobs(piece.token_ids, piece.logprobs, piece.top_logprobs, want_top)
+                if wants_logprobs:
+                    pending += self._token_logprobs(
+                        piece.token_ids, piece.logprobs, piece.top_logprobs, want_top
+                    )
                 if reasoning:
                     yield chunk({"reasoning_content": reasoning})
                 if content:
@@ -393,6 +398,10 @@ class Gateway:
             self.responses.put(
                 response_id, rs.StoredResponse(session_id, rs.conversation_after(req, response), data)
             )
+            self._puts += 1
+            if self._puts % 256 == 0:  # a backend may finish sessions on the TokenLLM, not here
+                live = set(self.llm.session_ids())
+                self.responses.forget_sessions_except(live)
 
     async def _response_events(
         self, req: rs.ResponsesRequest, stream: TurnStream, session_id: str | None
@@ -400,6 +409,7 @@ class Gateway:
         response_id, created = rs.new_id("resp"), rs.now()
         sequence = 0
         want_top = req.top_logprobs is not None
+        wants_logprobs = req.logprobs
 
         def event(kind: str, **fields: Any) -> bytes:
             nonlocal sequence
@@ -495,7 +505,10 @@ class Gateway:
                     text.feed(list(req.turn.forced_ids))
                     fed_forced = True
                 reasoning, content = text.feed(piece.token_ids)
-                pending += self._token_logprobs(piece.token_ids, piece.logprobs, piece.top_logprobs, want_top)
+                if wants_logprobs:
+                    pending += self._token_logprobs(
+                        piece.token_ids, piece.logprobs, piece.top_logprobs, want_top
+                    )
                 for chunk in reasoning_delta(reasoning) if reasoning else []:
                     yield chunk
                 if content:

@@ -131,6 +131,14 @@ class ResponseStore:
         with self.lock:
             return self.items.get(response_id)
 
+    def forget_sessions_except(self, live: set[str]) -> None:
+        """Forget the responses of sessions that ended (stateless ones stay until the limit)."""
+        with self.lock:
+            for key in [
+                k for k, v in self.items.items() if v.session_id is not None and v.session_id not in live
+            ]:
+                del self.items[key]
+
     def forget_session(self, session_id: str) -> None:
         with self.lock:
             for key in [k for k, v in self.items.items() if v.session_id == session_id]:
