@@ -278,6 +278,7 @@ class TrlRun:
             "tool_call_rate/end": _mean(tools[-window:]),
             "train_seconds": round(time.perf_counter() - self.started, 1),
             "process_seconds": round(_process_age_s() or (time.perf_counter() - self.started), 1),
+            **_memory_metrics(),
         })
         acc_before = before.accuracy if before is not None else None
         acc_after = after.accuracy if after is not None else None
@@ -358,6 +359,22 @@ def _copy_tokenizer_files(source: Path, target: Path) -> None:
         for path in source.glob(pattern):
             if path.is_file():
                 shutil.copy2(path, target / path.name)
+
+
+def _memory_metrics() -> dict[str, Any]:
+    """Peak memory of this process: its resident set, and on CUDA what torch allocated (the device's name too)."""
+    import resource
+    import sys
+
+    out: dict[str, Any] = {}
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    out["peak_rss_gib"] = round(rss / (2**30 if sys.platform == "darwin" else 2**20), 3)
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        out["cuda_device"] = torch.cuda.get_device_name()
+        out["cuda_peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+        out["cuda_peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 3)
+    return out
 
 
 def _mean(values: list[float]) -> float | None:
