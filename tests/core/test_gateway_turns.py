@@ -172,3 +172,65 @@ async def test_a_call_that_breaks_a_strict_schema_is_not_handed_over(tiny_tokeni
         assert sum(view.response_mask) > 0  # the tokens stay in the episode
     finally:
         server.stop()
+
+
+def _family_llm(name):
+    from aworld_core.testing.templates import FAMILIES, family_template, family_tokenizer
+    from aworld_core.tokens import TokenLLM
+
+    fam = FAMILIES[name]
+    tok = family_tokenizer(name)
+    llm = TokenLLM(ScriptedTokenEngine([], features={LOGIT_BIAS}), tok, chat_template=family_template(name), family=fam.preset,
+                   chat_template_kwargs=dict(fam.template_kwargs))
+    return fam, tok, llm
+
+
+FAMILY_NAMES = ["qwen2_5", "qwen3", "qwen3_coder", "mistral_v3", "mistral_v11", "deepseek_v3", "gemma3",
+                "hermes2pro", "llama31", "gpt_oss", "glm45"]
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_constrained_turns_in_every_family_follow_the_template_or_are_refused(name):
+    """A forced call is the start of what a model trained on the family's template samples for that
+    call; a call's closing token and a call's opening token are in such a turn (and the opener in no
+    plain answer); a family that cannot be constrained so refuses, naming the field."""
+    from aworld_core.testing.templates import model_turn_text
+    from aworld_core.tokens.turn import TurnRefused, TurnRequest, plan_turn, reset_turn, set_turn
+
+    fam, tok, llm = _family_llm(name)
+    tools = [tool_schema("calc", {"expr": {"type": "string"}})]
+    msgs = [{"role": "user", "content": "What is 2+3?"}]
+    rendered, _ = llm.renderer.prompt(msgs, tools)
+    args = json.dumps({"expr": "1"}) if fam.arguments == "string" else {"expr": "1"}
+    call = {"role": "assistant", "content": "",
+            "tool_calls": [{"id": "k1l2m3n4o", "type": "function", "function": {"name": "calc", "arguments": args}}]}
+    sampled_call = model_turn_text(fam, tok, call, tools)
+    sampled_answer = model_turn_text(fam, tok, {"role": "assistant", "content": "It is 5."}, tools)
+    outcomes = {}
+    for label, turn in (("named", TurnRequest(tool_choice="function", function="calc")),
+                        ("required", TurnRequest(tool_choice="required")),
+                        ("one", TurnRequest(parallel_tool_calls=False)),
+                        ("none", TurnRequest(tool_choice="none"))):
+        token = set_turn(turn)
+        try:
+            forced, sampling = plan_turn(llm, rendered, msgs, tools, SamplingParams())
+        except TurnRefused as exc:
+            assert exc.param in ("tool_choice", "parallel_tool_calls")
+            outcomes[label] = "refused"
+            continue
+        finally:
+            reset_turn(token)
+        outcomes[label] = "ok"
+        if label in ("named", "required"):
+            assert sampled_call.startswith(tok.decode(forced)), (name, label, tok.decode(forced))
+        if label == "one":
+            for closer in sampling.extra.get("kept_stop_ids", []):
+                assert tok.decode([closer]) in sampled_call
+        if label == "none":
+            banned = [t for t, b in sampling.extra[LOGIT_BIAS].items() if b == -100]
+            assert banned and all(tok.decode([t]) in sampled_call and tok.decode([t]) not in sampled_answer
+                                  for t in banned)
+    if name in ("qwen2_5", "qwen3_coder", "deepseek_v3", "glm45", "hermes2pro"):
+        assert set(outcomes.values()) == {"ok"}, outcomes
+    if name in ("gemma3",):  # no calls rendered: nothing to force
+        assert outcomes["named"] == outcomes["required"] == "refused"

@@ -57,6 +57,8 @@ KEPT_STOP_IDS = "kept_stop_ids"
 BAN = -100.0  # OpenAI's lowest logit bias: the token is never drawn
 
 _PROBE_NAME = "aworldprobefunction"
+_PROBE_ID = "a1b2c3d4e"  # nine letters and digits: every family's id format takes it
+_INHERENT = -1  # "a call ends the turn": one call at most needs no stop
 
 Sink = Callable[[TokenOutput, bool], None]
 
@@ -191,7 +193,8 @@ def plan_turn(
     names = _tool_names(tools)
     if choice == "none":
         if names:
-            extra[LOGIT_BIAS] = {**(extra.get(LOGIT_BIAS) or {}), **{i: BAN for i in _openers(llm)}}
+            openers = _openers(llm, rendered, conversation, tools)
+            extra[LOGIT_BIAS] = {**(extra.get(LOGIT_BIAS) or {}), **{i: BAN for i in openers}}
             if LOGIT_BIAS not in engine_features(llm.engine):
                 raise TurnRefused(
                     "tool_choice 'none' bans the token that opens a tool call, which needs an engine with "
@@ -211,7 +214,7 @@ def plan_turn(
         name = turn.function or _PROBE_NAME
         at = body.find(name)
         prefix = body[: at + len(name)] if turn.function is not None else body[:at]
-        if at < 0 or not any(m in prefix for m in getattr(llm.tool_parser, "call_markers", ()) or ("",)):
+        if at < 0:  # the template does not render calls (Gemma-3, Phi-4): nothing to force
             raise TurnRefused(
                 f"tool_choice {choice!r}: {llm.renderer.template_name} does not render a tool call as a prefix "
                 "the model can continue; leave tool_choice out",
@@ -220,6 +223,9 @@ def plan_turn(
         forced = llm.renderer.encode(prefix)
     if one_call and names:
         closer = _closer(llm, rendered, conversation, tools)
+        if closer == _INHERENT:  # a call ends the turn in this family (gpt-oss's <|call|>)
+            turn.forced_ids = forced
+            return forced, sampling.model_copy(update={"extra": extra})
         if closer is None:
             param = "parallel_tool_calls" if not turn.parallel_tool_calls else "tool_choice"
             raise TurnRefused(
@@ -249,43 +255,55 @@ def _special_ids(llm: TokenLLM) -> set[int]:
     return ids
 
 
-def _openers(llm: TokenLLM) -> list[int]:
-    """The ids that open a tool call in this family (each marker one token), else refused."""
-    out = []
-    for marker in getattr(llm.tool_parser, "call_markers", ()) or ():
-        ids = llm.renderer.encode(marker)
-        if len(ids) == 1:
-            out.append(ids[0])
-    if not out:
+def _openers(
+    llm: TokenLLM, rendered: str | None, conversation: list[Message], tools: list[dict[str, Any]] | None
+) -> list[int]:
+    """The special ids that open a tool call in this family: those a call turn has before the
+    function's name and a plain answer does not (Qwen3's empty think block is in both)."""
+    call = _call_turn_text(llm, rendered, conversation, tools, _PROBE_NAME)
+    head = call[: call.find(_PROBE_NAME)] if _PROBE_NAME in call else ""
+    plain = _turn_text(llm, rendered, conversation, tools, {"role": "assistant", "content": "aworldprobecontent"})
+    special = _special_ids(llm)
+    openers = {i for i in llm.renderer.encode(head) if i in special} - set(llm.renderer.encode(plain))
+    if not openers:
         raise TurnRefused(
-            "tool_choice 'none': this family's tool calls do not open with a single token that could be banned; "
-            "leave 'tools' out of the request instead",
+            "tool_choice 'none': this family's tool calls do not open with a special token that could be banned "
+            "(its calls are plain text); leave 'tools' out of the request instead",
             "tool_choice",
         )
-    return out
+    return sorted(openers)
 
 
 def _call_turn_text(
+    llm: TokenLLM, rendered: str | None, conversation: list[Message], tools: list[dict[str, Any]] | None, name: str
+) -> str:
+    """The template's text of an assistant turn calling ``name`` (no content, no arguments) after
+    ``rendered``: what the model would sample for such a turn."""
+    probe: Message = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": _PROBE_ID, "type": "function", "function": {"name": name, "arguments": {}}}],
+    }
+    return _turn_text(llm, rendered, conversation, tools, probe)
+
+
+def _turn_text(
     llm: TokenLLM,
     rendered: str | None,
     conversation: list[Message],
     tools: list[dict[str, Any]] | None,
-    name: str,
+    message: Message,
 ) -> str:
-    """The template's text of an assistant turn calling ``name`` (no content, no arguments) after
-    ``rendered``: what the model would sample for such a turn."""
     if rendered is None:
         rendered = llm.renderer.render(conversation, tools, generation_prompt=True)
-    probe: Message = {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [{"id": "call_probe", "type": "function", "function": {"name": name, "arguments": {}}}],
-    }
-    full = llm.renderer.render([*conversation, probe], tools, generation_prompt=False)
+    try:
+        full = llm.renderer.render([*conversation, message], tools, generation_prompt=False)
+    except UsageError as exc:
+        raise TurnRefused(f"{llm.renderer.template_name} cannot render the constrained turn: {exc}", "tool_choice") from exc
     if not full.startswith(rendered):
         raise TurnRefused(
-            f"{llm.renderer.template_name} renders the conversation differently once an assistant call follows, "
-            "so a forced call has no place to go; leave tool_choice / parallel_tool_calls out",
+            f"{llm.renderer.template_name} renders the conversation differently once an assistant turn follows, "
+            "so a constrained turn has no place to go; leave tool_choice / parallel_tool_calls out",
             "tool_choice",
         )
     return full[len(rendered) :]
@@ -294,12 +312,40 @@ def _call_turn_text(
 def _closer(
     llm: TokenLLM, rendered: str | None, conversation: list[Message], tools: list[dict[str, Any]] | None
 ) -> int | None:
-    """The single special id that closes a call in this family's turns (``</tool_call>``), if any."""
+    """The special id that closes one call in this family's turns (``</tool_call>``): the first
+    special token between a first call's arguments and a second call's name. ``_INHERENT`` when the
+    family's turns hold one call and a call ends the turn with its own token (gpt-oss's ``<|call|>``);
+    ``None`` when nothing closes a call on its own (calls as plain text: Mistral's JSON list,
+    Llama-3's JSON)."""
+    special = _special_ids(llm)
+    second = "aworldprobesecond"
+    calls = [
+        {"id": _PROBE_ID, "type": "function", "function": {"name": _PROBE_NAME, "arguments": {}}},
+        {"id": "f6g7h8i9j", "type": "function", "function": {"name": second, "arguments": {}}},
+    ]
+    try:
+        body = _turn_text(llm, rendered, conversation, tools, {"role": "assistant", "content": "", "tool_calls": calls})
+    except TurnRefused:
+        body = ""
+    if _PROBE_NAME in body and second in body:
+        between = body[body.find(_PROBE_NAME) + len(_PROBE_NAME) : body.find(second)]
+        if "{}" in between:  # the first call's arguments: it closes after them
+            between = between[between.find("{}") + 2 :]
+        found = [t for t in llm.renderer.encode(between) if t in special]
+        head = body[: body.find(_PROBE_NAME)]
+        opens = {t for t in llm.renderer.encode(head) if t in special}
+        # a token that also opens a call (Mistral v11's [TOOL_CALLS]) would leave a stub call behind
+        return found[0] if found and found[0] not in opens else None
+    # one call per turn: it needs no stop when the call ends the turn with a token of its own and the
+    # parser reads one call per message (harmony's <|call|>); a JSON call (Llama-3) may be followed by
+    # '; {...}' before the turn ends, so there it is refused
+    if "harmony" not in type(llm.tool_parser).__name__.lower():
+        return None
     body = _call_turn_text(llm, rendered, conversation, tools, _PROBE_NAME)
     after = body[body.find(_PROBE_NAME) + len(_PROBE_NAME) :]
-    special = _special_ids(llm) - set(llm.renderer.stop_ids) - set(llm.renderer.closing.values())
-    found = [i for i in llm.renderer.encode(after) if i in special]
-    return found[0] if found else None
+    plain = _turn_text(llm, rendered, conversation, tools, {"role": "assistant", "content": "aworldprobecontent"})
+    ends = set(llm.renderer.stop_ids) - set(llm.renderer.encode(plain))
+    return _INHERENT if any(t in ends for t in llm.renderer.encode(after)) else None
 
 
 def kept_stop_ids(sampling: SamplingParams | None) -> set[int]:
