@@ -60,6 +60,10 @@ WORDS = "the weather in paris is mild today tokyo looks rainy sum seven eight".s
 UNICODE = ["héllo", "naïve", "Größe", "東京", "😀", "🎉🎉", "ü", "∑x²", "«quoted»", "Ωmega"]
 # values the history history-terminator tokens of a family may render in place of the sampled one
 HISTORY_ENDS = {"gpt_oss": ("<|end|>",)}
+# end tokens a model of the family may sample in place of each other (a random model does): the
+# token path must never train a sequence the template does not render after them (issue 28)
+SWAPPED_ENDS = {"llama31": ("<|eot_id|>", "<|eom_id|>"), "llama31_ipython": ("<|eot_id|>", "<|eom_id|>")}
+SYSTEM_TAG = "#sys# You are "
 
 
 def words(rng: random.Random, low: int = 1, high: int = 6) -> str:
@@ -108,6 +112,8 @@ class Planner:
     def __post_init__(self) -> None:
         self.rngs: dict[str, random.Random] = {}
         self.stop_ids = [self.tok.convert_tokens_to_ids(t) for t in self.family.stops]
+        a, b = (self.tok.convert_tokens_to_ids(t) for t in SWAPPED_ENDS.get(self.family.name, ("", "")))
+        self.swap_ids = {a: b, b: a} if self.family.name in SWAPPED_ENDS else {}
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False)
@@ -169,6 +175,10 @@ class Planner:
         else:
             kinds.append("canonical")
             reason = STOP
+        swap = SWAPPED_ENDS.get(self.family.name)
+        if swap and reason == STOP and ids and ids[-1] in self.swap_ids and rng.random() < 0.25:
+            kinds[-1] = "swapped_end"  # the other end token (Llama 3.1: <|eom_id|> for <|eot_id|>)
+            ids = [*ids[:-1], self.swap_ids[ids[-1]]]
         if sampling.max_tokens is not None and len(ids) > sampling.max_tokens:
             kinds[-1] = "length"  # the engine will cut it
         if kinds[-1] != "canonical":
@@ -194,12 +204,12 @@ class Planner:
         return TokenOutput(ids, logprobs, reason, version)
 
 
-def build_llm(fam: TemplateFamily, engine: ScriptedTokenEngine, tok: object) -> TokenLLM:
-    """TokenLLM driven by the family's preset (its terminators, parser and options)."""
+def build_llm(fam: TemplateFamily, engine: ScriptedTokenEngine, tok: object, **options: object) -> TokenLLM:
+    """TokenLLM driven by the family's preset (its terminators, parser and options, ``options`` overriding)."""
     kwargs: dict = {"chat_template": family_template(fam.name), "chat_template_kwargs": dict(fam.template_kwargs)}
     if "family" in inspect.signature(TokenLLM).parameters:
         kwargs["family"] = fam.preset
-        kwargs["template_options"] = {"tool_role": fam.tool_role}
+        kwargs["template_options"] = {"tool_role": fam.tool_role, **options}
     else:  # before the family presets: only one end-of-turn token and the parser
         kwargs.update(tool_parser=fam.parser, end_of_turn=fam.stops[0])
     return TokenLLM(engine, tok, **kwargs)
@@ -260,7 +270,7 @@ async def run_episode(llm: TokenLLM, fam: TemplateFamily, session: str, rng: ran
     serial = iter(range(10**6))
     messages: list[dict] = [{"role": "user", "content": f"#{next(serial)}# " + words(rng, 2, 8).capitalize() + "?"}]
     if rng.random() < 0.3:
-        messages.insert(0, {"role": "system", "content": "You are " + words(rng, 2, 5) + "."})
+        messages.insert(0, {"role": "system", "content": SYSTEM_TAG + words(rng, 2, 5) + "."})
     turns: list[Turn] = []
     max_turns = rng.randint(1, 5)
     for turn in range(max_turns):
@@ -335,6 +345,9 @@ def check_episode(fam: TemplateFamily, tok, llm: TokenLLM, engine: ScriptedToken
     envs = [(a, b) for a, b in envs if b > a]
     assert len(envs) <= len(turns) or view.history_rewritten, session
     stops = (*fam.stops, *HISTORY_ENDS.get(fam.name, ()))
+    end_ids = set(tok.convert_tokens_to_ids([*fam.stops, *SWAPPED_ENDS.get(fam.name, ())]))
+    if fam.name == "glm45":
+        end_ids = set()  # its end tokens open the next turn: they are the env's first token
     decoded_envs = []
     for k, ((a, b), turn) in enumerate(zip(envs, turns, strict=False)):
         env_ids = view.response_ids[a:b]
@@ -343,6 +356,11 @@ def check_episode(fam: TemplateFamily, tok, llm: TokenLLM, engine: ScriptedToken
         rendered = render(fam, tok, turn.messages_after, True)
         assert rendered.endswith(env_text), (session, env_text, rendered[-len(env_text) - 80 :])
         before = rendered[: len(rendered) - len(env_text)]
+        last = view.response_ids[a - 1]
+        if last in end_ids:  # a turn the model ended: the template renders that very token there
+            end_text = tok.convert_ids_to_tokens(last)
+            assert before.endswith((end_text, *HISTORY_ENDS.get(fam.name, ()))), (session, end_text, before[-80:])
+            assert not any(env_text.startswith(t) for t in fam.stops), (session, "terminator after a sampled one")
         if kinds[k] == "canonical":  # the turn the template would write: the env starts at its terminator
             assert before.endswith(stops), (session, before[-80:], env_text[:80])
             assert env_ids == tok.encode(env_text, add_special_tokens=False), session
@@ -364,6 +382,7 @@ def check_episode(fam: TemplateFamily, tok, llm: TokenLLM, engine: ScriptedToken
         prompt_text = tok.decode(view.prompt_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         marker = TOOLS[0]["function"]["description"]
         assert text.count(marker) == prompt_text.count(marker) <= 1, (session, "tools block repeated")
+        assert text.count(SYSTEM_TAG) == prompt_text.count(SYSTEM_TAG) <= 1, (session, "system text repeated")
     seen |= {"multi_call"} if any(len(m.get("tool_calls") or []) > 1 for m in messages) else set()
     seen |= {"turns>1"} if len(outputs) > 1 else set()
     # the whole sequence is a fresh render where the family is prefix-stable
@@ -409,6 +428,33 @@ async def test_family_episodes_are_exact(name):
     wanted = {"turns>1", "env_exact"} | ({"multi_call"} if fam.max_calls > 1 else set())
     wanted |= {"template_exact"} if fam.prefix_stable else set()
     assert wanted <= seen, wanted - seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mistral_v3", "mistral_v11"])
+async def test_keep_on_a_template_that_moves_text_refuses_instead_of_training_it_twice(name):
+    """``history_changes='keep'`` on a template that moves its tools block (and Mistral v3's system
+    text) to the last user message: every episode is either exact (check_episode, which counts the
+    tools block and the system text) or refused with an error naming the move (issue 28)."""
+    fam = FAMILIES[name]
+    tok = family_tokenizer(name)
+    planner = Planner(fam, tok, seed=28)
+    engine = ScriptedTokenEngine(planner)
+    llm = build_llm(fam, engine, tok, history_changes="keep")
+    refused: list[str] = []
+    for i in range(max(40, EPISODES // 10)):
+        session = f"{name}-keep-{i}"
+        try:
+            messages, turns = await run_episode(llm, fam, session, random.Random(session))
+        except (LLMError, UsageError) as exc:
+            refused.append(str(exc))
+            llm.finish_session(session)
+        else:
+            check_episode(fam, tok, llm, engine, session, messages, turns, planner.kinds[session],
+                          planner.canonical.get(session, True))
+        engine.calls.clear()
+    moved = [r for r in refused if "train it twice" in r or "no longer renders" in r]
+    assert moved, "a user follow-up with tools must be refused under keep"
 
 
 @pytest.mark.parametrize("name", ["llama31", "gpt_oss"])

@@ -228,9 +228,10 @@ class ChatRenderer:
         else:
             changed = True
             at = self._tail_start(full, history, new_messages, tools)
-        if changed:
-            self._note_history_change()
         env = full[at:]
+        if changed:
+            self._check_kept_history(previous, full, at, history, new_messages, tools)
+            self._note_history_change()
         term = self._terminator_at(env)
         self._check_contents(env, new_messages, history, tools)
         ids = self.encode(env)
@@ -239,10 +240,86 @@ class ChatRenderer:
                 f"{term!r} does not tokenize to its own id {self.closing[term]} at the start of the next "
                 "turn; terminators must be single special tokens"
             )
-        sampled_close = last_sampled in self.terminators.values() and not self.options.terminator_opens_next_turn
-        if last_sampled == ids[0] or sampled_close:
-            ids = ids[1:]
-        return Delta(ids, full, history_changed=changed)
+        if last_sampled == ids[0]:
+            return Delta(ids[1:], full, history_changed=changed)  # the sampled terminator is the template's
+        if self.options.terminator_opens_next_turn or last_sampled not in self._end_ids():
+            return Delta(ids, full, history_changed=changed)  # the template's terminator closes the turn
+        if term in self.options.history_terminators:
+            # the family's documented stand-in (gpt-oss: a sampled <|return|> where history renders <|end|>)
+            return Delta(ids[1:], full, history_changed=changed)
+        # the model ended its turn with a token the template does not render there (Llama 3.1: a
+        # sampled <|eom_id|> where it renders <|eot_id|>): neither appending the template's token
+        # after the sampled one nor letting the sampled one stand in is the template's conversation
+        sampled = self.tokenizer.convert_ids_to_tokens(last_sampled)
+        if mode == "error":
+            raise EpisodeInputError(
+                f"the model ended its turn with {sampled!r} where {self.template_name} renders {term!r}, so "
+                "the sequence would not be the template's conversation; set template_options.history_changes "
+                "to 'restart' (a fresh segment from the template's render)"
+            )
+        logger.debug("sampled %r where the template renders %r: a new segment from a fresh render", sampled, term)
+        return Delta([], full, restart=True, history_changed=True)
+
+    def _end_ids(self) -> set[int]:
+        """Ids that end a sampled turn: the terminators and the tokenizer's EOS (an engine stops on it)."""
+        ids = set(self.terminators.values())
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        if isinstance(eos, int):
+            ids.add(eos)
+        return ids
+
+    def _check_kept_history(
+        self,
+        previous: str | None,
+        full: str,
+        at: int,
+        history: list[Message],
+        new_messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+    ) -> None:
+        """``keep`` splices the new messages' render after the sequence the policy saw; that is exact
+        only when the re-render changed earlier text in place (Qwen3's stripped ``<think>``,
+        Hermes' whitespace). A template that *moves* text the policy already saw to after the
+        assistant's turn (Mistral v3's tools block and system text go to the last user message)
+        would have it trained twice, and one that stops rendering an earlier message (Mistral v3's
+        system text once a tool turn follows) would train a conversation it never renders: both
+        are errors. Moved text: any piece of what ``previous`` held beyond its common prefix with
+        the new render, when it is an earlier message's content or a tool's name or description,
+        now found after the assistant's turn and nowhere before it (and not in the new messages)."""
+        if previous is None:
+            return
+        for message in history:
+            content = message.get("content")
+            content = content.strip() if isinstance(content, str) else ""
+            if message["role"] == "assistant" or not content:
+                continue
+            forms = (content, json.dumps(content, ensure_ascii=False)[1:-1])
+            if any(form in previous for form in forms) and not any(form in full for form in forms):
+                raise EpisodeInputError(
+                    f"{self.template_name} no longer renders the earlier {message['role']!r} message "
+                    f"({content[:40]!r}) once the new {_roles(new_messages)} message(s) follow, so the sequence "
+                    "the policy saw is not a conversation the template renders; leave that message out (e.g. "
+                    "no system message with this template) or use a template that keeps rendering it"
+                )
+        removed = previous[_common_prefix(previous, full) :]
+        news = "\n".join(str(m.get("content") or "") for m in new_messages)
+        head, tail = full[:at], full[at:]
+        candidates = [(f"the earlier {m['role']!r} message", m.get("content")) for m in history if m["role"] != "assistant"]
+        for tool in tools or []:
+            function = tool.get("function") or {}
+            candidates += [("the tools block", function.get("name")), ("the tools block", function.get("description"))]
+        for what, text in candidates:
+            text = text.strip() if isinstance(text, str) else ""
+            if len(text) < 4 or text in news:
+                continue
+            forms = (text, json.dumps(text, ensure_ascii=False)[1:-1])
+            if any(f in removed for f in forms) and any(f in tail for f in forms) and not any(f in head for f in forms):
+                raise EpisodeInputError(
+                    f"{self.template_name} moves {what} ({text[:40]!r}) to after the assistant's turn once the new "
+                    f"{_roles(new_messages)} message(s) follow (it renders it with the last user message), so "
+                    "keeping the sequence the policy saw would train it twice; set "
+                    "template_options.history_changes='restart' (a fresh segment, marked history_rewritten)"
+                )
 
     def _turn_end(self, past: str, start: int) -> int:
         """Where the last assistant turn's terminator starts in ``past`` (its render when last)."""
