@@ -24,6 +24,7 @@ class SGLangServer:
     def __init__(self, model_dir: Path | str):
         self.hf = HFTokenEngine.from_pretrained(model_dir, batch_window_s=0.005, logprobs_mode="scaled")
         self.requests: list[dict[str, Any]] = []
+        self.outputs: list[tuple[dict[str, Any], Any]] = []
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: Any = None
@@ -50,6 +51,7 @@ class SGLangServer:
             extra={STOP_TOKEN_IDS: list(sp.get("stop_token_ids") or []), LOGPROBS_MODE: "scaled"},
         )
         out = await self.hf.generate(list(payload["input_ids"]), sampling, request_id=f"sgl-{len(self.requests)}")
+        self.outputs.append((payload, out))  # what was sampled for each request (segment tests)
         logprobs = out.logprobs or [0.0] * len(out.token_ids)
         return web.json_response({
             "text": "",

@@ -10,16 +10,28 @@ discounted once.
 A GRPO group is ``n`` such rows, one per member, in member order (:func:`group_tensors`): AReaL
 normalizes rewards over consecutive slices of ``group_size`` rows, so a member that does not train
 keeps its place as a fully loss-masked row (:func:`masked_row`) carrying the group's neutral reward.
+
+An episode of several training segments (a rewritten or compacted history; a Swarm's other trained
+agents) is several rows, one per segment, each token-exact on its own. The group stays whole at
+AReaL's stride: its rows come in *layers* of ``n`` rows, layer ``j`` holding every member's
+``j``-th segment in member order, or a masked row where a member has fewer segments. Every row of
+a member carries that member's reward, so each slice of ``group_size`` rows holds exactly the
+group's ``n`` episode rewards: AReaL's group normalization (``actor.reward_norm``) gives each
+segment its episode's advantage, the statistics counting each episode once (the core's credit rule,
+``aworld_core.worker.credit``). The loss is AReaL's token mean over the loss mask. Per-segment
+rewards would change a layer's statistics, so they are refused.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aworld_core.schemas import TrainingView
+from aworld_core.errors import UsageError
+from aworld_core.schemas import TrainingSegment
+from aworld_core.worker.credit import episode_segments
 
 
-def check_view(view: TrainingView) -> None:
+def check_view(view: TrainingSegment) -> None:
     """Raise ``ValueError`` naming the mismatch when the view's parts are not aligned."""
     n = len(view.response_ids)
     for name in ("response_mask", "response_logprobs", "response_versions"):
@@ -32,8 +44,8 @@ def check_view(view: TrainingView) -> None:
             raise ValueError(f"training view has version {v} on non-sampled response token {i}; expected -1")
 
 
-def episode_tensors(view: TrainingView, reward: float) -> dict[str, Any]:
-    """AReaL's trajectory dict for one episode (batch dimension 1)."""
+def episode_tensors(view: TrainingSegment, reward: float) -> dict[str, Any]:
+    """AReaL's trajectory dict for one training segment of an episode (batch dimension 1)."""
     import torch
 
     check_view(view)
@@ -72,18 +84,35 @@ def group_tensors(group: Any, pad_id: int) -> dict[str, Any] | None:
 
     Every member keeps its row: a trained one its episode, any other a :func:`masked_row` with
     the group's neutral reward (``EpisodeGroup.rewards("mean")``), so the group is always
-    ``len(group)`` rows and AReaL's fixed-stride group normalization stays aligned.
+    ``len(group)`` rows and AReaL's fixed-stride group normalization stays aligned. Members with
+    several segments make it ``len(group) * layers`` rows (see the module docstring).
     """
     from areal.utils.data import concat_padded_tensors
 
     if group.dropped is not None:
         return None
     rewards = group.rewards("mean")
+    trained = group.trained()
+    segments = [episode_segments(e) if t else [] for e, t in zip(group.episodes, trained, strict=True)]
+    for episode, own in zip(group.episodes, segments, strict=True):
+        if any(s.reward is not None for s in own):
+            raise UsageError(
+                f"episode {episode.id}: the reward gave per-segment rewards, which AReaL's group normalization "
+                "cannot apply (each slice of group_size rows is normalized on its own); return one reward per "
+                "episode on the areal backend"
+            )
+    layers = max([1, *(len(s) for s in segments)])
     rows = [
-        episode_tensors(episode.training, reward) if trained else masked_row(reward, pad_id)
-        for episode, reward, trained in zip(group.episodes, rewards, group.trained(), strict=True)
+        episode_tensors(own[layer], reward) if layer < len(own) else masked_row(reward, pad_id)
+        for layer in range(layers)
+        for own, reward in zip(segments, rewards, strict=True)
     ]
     return concat_padded_tensors(rows)
+
+
+def group_layers(rows: dict[str, Any], group_size: int) -> int:
+    """How many layers of ``group_size`` rows a group's tensors hold (1 without segments)."""
+    return int(rows["input_ids"].shape[0]) // group_size
 
 
 def discounted(reward: float, num_turns: int, turn_discount: float) -> float:

@@ -61,6 +61,7 @@ from aworld_core.worker import (
     step_metrics,
 )
 from aworld_core.worker.cache import options_key
+from aworld_core.worker.credit import episode_segments
 from aworld_core.worker.outcomes import REASONS as KIT_REASONS
 from aworld_core.worker.outcomes import count_metrics
 
@@ -122,7 +123,6 @@ class WorkflowState:
         self.outcomes = StepRecorder(logger, max_failed_steps=self.policy.max_failed_steps,
                                      groups_per_step=options.groups_per_step)
         self._halted: dict[int, bool] = {}  # id(engine) -> whether stop_areal stopped it
-        self._warned_extra = False
         self._lock = threading.Lock()
         self._runners: WorkerCache[tuple[Any, EpisodeRunner]] = WorkerCache()  # id(engine) -> (engine, runner)
 
@@ -208,20 +208,15 @@ class WorkflowState:
     def _record_trained(self, tracker: Any, episode: Episode) -> None:
         view = episode.training
         assert view is not None and episode.reward is not None
-        extra = len(episode.metadata.get("extra_training") or [])
-        if extra and not self._warned_extra:
-            # a swarm whose members are trained too: one row per episode keeps GRPO groups intact
-            logger.warning(
-                "episode %s has %d more trained conversations (swarm members); AReaL trains the lead's "
-                "conversation only (counted in aworld/extra_sessions_dropped)", episode.id, extra,
-            )
-            self._warned_extra = True
+        # every training segment is a row (a rewritten or compacted history, a swarm's other trained
+        # agents), in layers that keep the group's stride (aworld_areal.tensors)
+        segments = episode_segments(episode)
         tracker.scalar(**{
             "aworld/reward": float(episode.reward),
-            "aworld/num_turns": float(view.num_turns),
-            "aworld/truncated": float(view.truncated),
-            "aworld/seq_len": float(len(view.prompt_ids) + len(view.response_ids)),
-            "aworld/extra_sessions_dropped": float(extra),
+            "aworld/num_turns": float(sum(s.num_turns for s in segments)),
+            "aworld/truncated": float(any(s.truncated for s in segments)),
+            "aworld/seq_len": float(sum(len(s.prompt_ids) + len(s.response_ids) for s in segments)),
+            "aworld/segments": float(len(segments)),
         })
 
 
