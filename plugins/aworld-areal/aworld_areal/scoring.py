@@ -56,11 +56,12 @@ class RewardScorer:
 
     async def __call__(self, episode: Episode, sample: Sample) -> None:
         view = episode.training
-        if self.reject_truncated and episode.status.trainable and view is not None and view.truncated:
+        if self.reject_truncated and episode.status.trainable and view is not None and view.any_truncated:
             episode.finish(EpisodeStatus.FAILED, "the episode was cut by the length budget (workflow.reject_truncated)")
             episode.training = None
             episode.metadata[UNTRAINED] = TRUNCATED
         await self.score(episode, sample)
         if episode.reward is not None and view is not None and episode.training is not None:
             episode.metadata[UNDISCOUNTED] = episode.reward
-            episode.reward = discounted(episode.reward, view.num_turns, self.turn_discount)
+            turns = sum(s.num_turns for s in view.segments())  # every segment's turns
+            episode.reward = discounted(episode.reward, turns, self.turn_discount)
