@@ -234,3 +234,47 @@ def test_constrained_turns_in_every_family_follow_the_template_or_are_refused(na
         assert set(outcomes.values()) == {"ok"}, outcomes
     if name in ("gemma3",):  # no calls rendered: nothing to force
         assert outcomes["named"] == outcomes["required"] == "refused"
+
+
+@pytest.mark.parametrize("api", ["chat/completions", "responses"])
+async def test_streamed_reasoning_content_and_calls_are_the_final_parse(tiny_tokenizer, api):
+    from aworld_core.tokens import TokenLLM
+
+    text = "<think>\nThe user wants 2+3.\n</think>\n\nLet me compute.\n<tool_call>\n" \
+           '{"name": "calc", "arguments": {"expr": "2+3"}}\n</tool_call><|im_end|>'
+    ids = tiny_tokenizer.encode(text, add_special_tokens=False)
+    llm = TokenLLM(ScriptedTokenEngine([ids]), tiny_tokenizer, chat_template=load_template("qwen3"), family="qwen3")
+    tools = [tool_schema("calc", {"expr": {"type": "string"}})]
+    server = start_gateway(llm)
+    try:
+        chat = api.startswith("chat")
+        body = {"stream": True, "tools": tools if chat else [{"type": "function", **tools[0]["function"]}],
+                **({"messages": [{"role": "user", "content": "2+3?"}]} if chat else {"input": "2+3?"})}
+        reasoning, content, calls = [], [], []
+        async with httpx.AsyncClient(timeout=60) as http:
+            async with http.stream("POST", f"{server.session_base_url('think')}/{api}", json=body) as r:
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    event = json.loads(line[6:])
+                    if chat and event["choices"]:
+                        delta = event["choices"][0]["delta"]
+                        reasoning.append(delta.get("reasoning_content") or "")
+                        content.append(delta.get("content") or "")
+                        calls += delta.get("tool_calls") or []
+                    elif not chat:
+                        kind = event["type"]
+                        if kind == "response.reasoning_text.delta":
+                            reasoning.append(event["delta"])
+                        elif kind == "response.output_text.delta":
+                            content.append(event["delta"])
+                        elif kind == "response.output_item.done" and event["item"]["type"] == "function_call":
+                            calls.append(event["item"])
+        assert "".join(reasoning) == "The user wants 2+3." and len([r for r in reasoning if r]) > 1
+        assert "".join(content) == "Let me compute."
+        if chat:
+            assert calls[0]["function"]["name"] == "calc" and json.loads(calls[1]["function"]["arguments"]) == {"expr": "2+3"}
+        else:
+            assert calls[0]["name"] == "calc" and json.loads(calls[0]["arguments"]) == {"expr": "2+3"}
+    finally:
+        server.stop()
