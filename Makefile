@@ -179,8 +179,9 @@ test: lint test-core test-wheels test-verl test-areal test-swift test-swift-vllm
 # the demo
 # ---------------------------------------------------------------------------------------------
 
+# in a network namespace with only lo when one can be made (else a loud warning): the demo needs nothing beyond it
 demo: venv
-	$(BIN)/python -m aworld_core.run --config examples/cpu_grpo_demo/job.yaml
+	scripts/offline-run.sh --best-effort -- $(BIN)/python -m aworld_core.run --config examples/cpu_grpo_demo/job.yaml
 
 clean:
 	rm -rf $(VENV) $(VENVS) $(STAMPS) build/wheelhouse build/wheel-venv build/wheel-check build/mcp-conformance

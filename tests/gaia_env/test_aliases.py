@@ -60,7 +60,29 @@ async def test_a_server_this_deployment_does_not_serve_is_a_400():
             ) as response:
                 assert response.status == 400
                 body = await response.json()
-    assert body["error"] == "unknown_servers" and "parxiv-server" in body["detail"] and "wiki-server" not in body["detail"]
+    error = body["error"]  # a JSON-RPC error: clients show its message whole
+    assert error["code"] == -32602 and error["data"]["unknown_servers"] == ["parxiv-server"]
+    assert "parxiv-server" in error["message"] and "wiki-server" not in error["message"]
+
+
+async def test_a_mistyped_server_is_named_whole_with_a_guess_through_aworld_core():
+    """The seed-style agent's connection error shows the list of servers entirely (it was cut
+    mid-word at 300 characters) and guesses what was meant."""
+    from aworld_core.errors import MCPConnectionError
+    from aworld_core.tools.mcp_client import MCPToolset
+    from aworld_core.tools.mcp_config import parse_mcp_config
+
+    with in_process_env() as env:
+        config = parse_mcp_config({"mcpServers": {"gaia": {
+            "type": "streamable-http", "url": env.url, "headers": {"Authorization": f"Bearer {env.token}",
+                                                                   "MCP_SERVERS": "serach,wiki"}}}})
+        toolset = MCPToolset(config.mcp_servers)
+        with pytest.raises(MCPConnectionError) as failed:
+            await toolset.open()
+        await toolset.aclose()
+    text = str(failed.value)
+    assert "unknown server(s): serach (did you mean search?)" in text
+    assert "documents-xlsx, download," in text and "wayback, wiki (each also as '<name>-server'" in text
 
 
 def test_every_seed_name_is_a_server_we_serve():

@@ -84,7 +84,8 @@ async def test_unknown_server_in_header_is_a_400_naming_it(env_server):
             headers={"Authorization": f"Bearer {env_server.token}", "MCP_SERVERS": "wiki,wikipedia-server"},
         ) as response:
             assert response.status == 400
-            assert "wikipedia-server" in (await response.json())["detail"]
+            error = (await response.json())["error"]  # a JSON-RPC error, its message whole
+            assert error["code"] == -32602 and "wikipedia-server (did you mean wiki?)" in error["message"]
 
 
 async def test_unknown_tool_and_bad_arguments_are_clear_errors(env_server):

@@ -101,3 +101,11 @@ def test_token_file_is_used_and_a_readable_one_warns(tmp_path):
         proc.terminate()
         _, stderr = proc.communicate(timeout=20)
     assert "token file" in stderr and "readable by other users" in stderr and token not in stderr
+
+
+def test_a_missing_env_file_is_refused_not_ignored(tmp_path, capsys):
+    from aworld_gaia_env.cli import main
+
+    assert main(["serve", "--env-file", str(tmp_path / "missing.env"), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"--env-file {tmp_path / 'missing.env'}: no such file" in err and "deploy/env.template" in err

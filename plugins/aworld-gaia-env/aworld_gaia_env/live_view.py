@@ -129,8 +129,10 @@ body { font-family: sans-serif; margin: 1em; background: #f4f4f4; }
 </style></head>
 <body><h1>GAIA environment: live view</h1><p id="status">connecting...</p><div id="episodes"></div>
 <script>
-const token = new URLSearchParams(location.hash.slice(1)).get('token') || '';
-const auth = {headers: {'Authorization': 'Bearer ' + token}};
+// the token is read from the fragment on every request: correcting it in the address bar (a
+// fragment change does not reload the page) takes effect at the next refresh
+const auth = () => ({headers: {'Authorization': 'Bearer ' + (new URLSearchParams(location.hash.slice(1)).get('token') || '')}});
+let timer = null;
 const cards = {};
 function card(ep) {
   if (cards[ep]) return cards[ep];
@@ -143,7 +145,7 @@ function card(ep) {
   return cards[ep] = div;
 }
 async function shot(ep, div) {
-  const r = await fetch('/live/episodes/' + encodeURIComponent(ep) + '/screenshot', auth);
+  const r = await fetch('/live/episodes/' + encodeURIComponent(ep) + '/screenshot', auth());
   if (!r.ok) return;
   const img = div.querySelector('img');
   const old = img.src;
@@ -151,9 +153,14 @@ async function shot(ep, div) {
   if (old.startsWith('blob:')) URL.revokeObjectURL(old);
 }
 async function tick() {
+  clearTimeout(timer);
   try {
-    const r = await fetch('/live/episodes', auth);
-    if (r.status === 401) { document.getElementById('status').textContent = 'unauthorized: open /live#token=<MCP_SERVER_TOKEN>'; return; }
+    const r = await fetch('/live/episodes', auth());
+    if (r.status === 401) {
+      document.getElementById('status').textContent = 'unauthorized: open /live#token=<MCP_SERVER_TOKEN>';
+      timer = setTimeout(tick, 1000);
+      return;
+    }
     const data = await r.json();
     document.getElementById('status').textContent = data.episodes.length + ' episode(s), updated ' + new Date().toLocaleTimeString();
     for (const ep of data.episodes) {
@@ -172,8 +179,9 @@ async function tick() {
       if (ep.browser && ep.tabs.length) await shot(ep.episode, div);
     }
   } catch (e) { document.getElementById('status').textContent = 'error: ' + e; }
-  setTimeout(tick, 1000);
+  timer = setTimeout(tick, 1000);
 }
+window.addEventListener('hashchange', tick);
 tick();
 </script></body></html>
 """

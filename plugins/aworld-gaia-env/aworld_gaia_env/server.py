@@ -133,6 +133,19 @@ class GaiaEnvironment:
         names = {p.strip() for p in raw.split(",") if p.strip()}
         return sorted(name for name in names if canonical_server(name) not in self.servers)
 
+    def unknown_servers_message(self, unknown: list[str]) -> str:
+        """Which names are wrong, the likely meant ones first, then every name served here."""
+        import difflib
+
+        served = sorted(self.servers)
+        guesses = {
+            name: difflib.get_close_matches(canonical_server(name), served, n=1, cutoff=0.6) for name in unknown
+        }
+        named = ", ".join(f"{n} (did you mean {g[0]}?)" if g else n for n, g in guesses.items())
+        return (f"MCP_SERVERS names unknown server(s): {named}; this endpoint serves: {', '.join(served)} "
+                f"(each also as '<name>-server'; parxiv, googlesearch and browseruse are the upstream names of "
+                f"arxiv, search and browser)")
+
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         selection = self.selection(ctx.request)
         cached = self._list_cache.get(selection)
@@ -367,13 +380,12 @@ class BearerAuth:
         if servers is not None:
             unknown = self.env.unknown_servers(servers.decode("latin-1"))
             if unknown:
-                await _send_json(
-                    send,
-                    400,
-                    {"error": "unknown_servers", "detail": f"MCP_SERVERS names unknown server(s) {unknown}; "
-                     f"this endpoint serves {sorted(self.env.servers)} (each also as '<name>-server'; parxiv, "
-                     f"googlesearch and browseruse are the upstream names of arxiv, search and browser)"},
-                )
+                # a JSON-RPC error (with HTTP 400): clients show its message whole, where an
+                # ad-hoc body is cut to an excerpt (aworld-core's was cut mid-list)
+                await _send_json(send, 400, {"jsonrpc": "2.0", "id": None, "error": {
+                    "code": -32602, "message": self.env.unknown_servers_message(unknown),
+                    "data": {"unknown_servers": unknown, "served": sorted(self.env.servers)},
+                }})
                 return
         await self.app(scope, receive, send)
 

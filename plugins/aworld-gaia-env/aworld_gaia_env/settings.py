@@ -208,5 +208,10 @@ def load_settings(env_file: str | None = None, **overrides: object) -> GaiaEnvSe
     """Settings from the environment (and ``env_file`` when given); ``overrides`` win (CLI flags)."""
     given = {key: value for key, value in overrides.items() if value is not None}
     if env_file is not None:
+        if not Path(env_file).is_file():  # pydantic-settings would ignore it, and every key with it
+            raise FileNotFoundError(
+                f"--env-file {env_file}: no such file; copy deploy/env.template there and fill in the keys "
+                f"you have, or leave --env-file out"
+            )
         return GaiaEnvSettings(_env_file=env_file, **given)  # type: ignore[call-arg]
     return GaiaEnvSettings(**given)
