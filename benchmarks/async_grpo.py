@@ -41,6 +41,9 @@ def _mean(values: list[float]) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from aworld_core.offline import apply_offline_env
+
+    apply_offline_env()  # telemetry and hub lookups off here and in every process this starts
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--latency", default="300", help="tool latency: N (fixed ms) or gaiaN (log-normal, median N)")
     parser.add_argument("--staleness", default="1", help="max_staleness of the async runs, comma-separated")

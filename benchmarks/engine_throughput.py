@@ -75,6 +75,9 @@ async def run_engine(engine: Any, all_prompts: list[list[int]], rounds: int, tok
 
 
 def main(argv: list[str] | None = None) -> int:
+    from aworld_core.offline import apply_offline_env
+
+    apply_offline_env()  # telemetry and hub lookups off here and in every process this starts
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=48)

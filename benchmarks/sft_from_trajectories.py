@@ -35,6 +35,9 @@ def _example() -> object:
 
 
 def main() -> None:
+    from aworld_core.offline import apply_offline_env
+
+    apply_offline_env()  # telemetry and hub lookups off here and in every process this starts
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--problems", type=int, default=1200)
     parser.add_argument("--attempts", type=int, default=2)

@@ -461,6 +461,9 @@ def run_side(side: str, job: Any, model_dir: Path, loop: Any, opts: argparse.Nam
 
 
 def main(argv: list[str] | None = None) -> int:
+    from aworld_core.offline import apply_offline_env
+
+    apply_offline_env()  # telemetry and hub lookups off here and in every process this starts
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--latencies", default="0,50,300,1000",
                         help="tool latencies, comma-separated: N = fixed N ms, gaiaN = log-normal with median N ms")

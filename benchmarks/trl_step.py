@@ -138,6 +138,9 @@ def run_aworld(model_dir: Path, samples: list[Any], args: Any, concurrency: int,
 
 
 def main(argv: list[str] | None = None) -> int:
+    from aworld_core.offline import apply_offline_env
+
+    apply_offline_env()  # telemetry and hub lookups off here and in every process this starts
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=6, help="GRPO steps per round (the first is dropped)")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds")
