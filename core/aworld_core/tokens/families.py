@@ -102,7 +102,13 @@ FAMILIES: dict[str, TemplateOptions] = {
             limits="a tool result renders '</tool_response><|im_end|>' when last and '</tool_response>\\n"
             "<|im_end|>' when followed; the sequence keeps the first form (what the policy saw)",
         ),
-        TemplateOptions(family="llama3.1", terminators=_LLAMA, tool_parser="llama3_json"),
+        TemplateOptions(
+            family="llama3.1",
+            terminators=_LLAMA,
+            tool_parser="llama3_json",
+            limits="the template renders <|eot_id|> after every turn: a sampled <|eom_id|> ends the segment and the "
+            "episode goes on from a fresh render",
+        ),
         TemplateOptions(
             family="llama3.1-ipython",
             terminators=_LLAMA,
