@@ -238,7 +238,9 @@ class MCPServerConnection:
             TOOL_LIST_CACHE.invalidate(session.cache_key)
         if _is_timeout(exc) or elapsed >= timeout:
             return _failure(f"tool '{tool}' on MCP server '{self.name}' did not answer within {timeout:g} s")
-        cause = session.describe(exc, state if state.status is not None else None)
+        from aworld_core.tools.mcp_elicitation import explain_no_back_channel
+
+        cause = explain_no_back_channel(session.describe(exc, state if state.status is not None else None))
         closed = _is_connection_closed(exc)
         if closed or state.status in _AUTH_STATUSES:
             # the session is unusable (or no longer let in): the next call / episode reconnects
