@@ -151,12 +151,15 @@ def _server_line(text: str) -> list[str]:
 
 
 def test_server_mode_plans_the_rollout_server_with_what_it_needs(tmp_path, monkeypatch):
+    """A rollout server that is the user's (``start_rollout_server: false``): the note gives the line
+    to run first, which ms-swift's own parser accepts, and the trainer's command points at it."""
     from swift.arguments import RLHFArguments, RolloutArguments
     from swift.cli.main import ROUTE_MAPPING
 
     monkeypatch.setenv("AWORLD_LLM_API_KEY", "sk-never-on-a-command-line")
     code, text = _dry_run(_job_file(tmp_path, model_type="qwen2", template="qwen2_5", vllm_mode="server",
-                                    rollout={"vllm_gpu_memory_utilization": 0.8, "port": 8123}))
+                                    rollout={"vllm_gpu_memory_utilization": 0.8, "port": 8123},
+                                    aworld={"start_rollout_server": False}))
     assert code == 0
     run = (tmp_path / "run").resolve()
     # the rollout server: its environment in front, then the swift command of this environment
@@ -164,6 +167,7 @@ def test_server_mode_plans_the_rollout_server_with_what_it_needs(tmp_path, monke
     assert line[0] == "env"
     env = dict(item.split("=", 1) for item in line[1:line.index(sys.executable)])
     assert env["AWORLD_SWIFT_JOB"] == str(run / "job.json")
+    assert env["AWORLD_SWIFT_SYNC_HOST"] == "127.0.0.1"  # the weight-sync group listens where the server does
     command = line[line.index(sys.executable):]
     assert command[1:4] == ["-m", "swift.cli.main", "rollout"] and ROUTE_MAPPING["rollout"] == "swift.cli.rollout"
     server = _parsed(RolloutArguments, command[4:])
@@ -177,11 +181,35 @@ def test_server_mode_plans_the_rollout_server_with_what_it_needs(tmp_path, monke
     assert trainer.vllm_server_host == ["127.0.0.1"] and trainer.vllm_server_port == [8123]
     assert trainer.multi_turn_scheduler == "aworld" and trainer.max_turns == 3
     assert not hasattr(trainer, "rollout")  # the server's section never reaches the trainer
-    # the plan carries the server's command as data too; no secret anywhere
-    plan = build_plan(load_job_config(_job_file(tmp_path, vllm_mode="server")), tmp_path / "run")
-    assert plan.config["rollout_server"]["command"][3] == "rollout"
-    assert plan.config["rollout_server"]["env"] == plan.env
     assert "sk-never-on-a-command-line" not in text
+
+
+def test_server_mode_launch_starts_the_rollout_server_by_default(tmp_path):
+    """Launching starts the server the plan carries as data (command, its extra environment, log,
+    start-up limit); the note says so, and no line is left for the user to run."""
+    code, text = _dry_run(_job_file(tmp_path, model_type="qwen2", template="qwen2_5", vllm_mode="server"))
+    assert code == 0
+    run = (tmp_path / "run").resolve()
+    assert any(line.startswith("note: server mode: launching starts the rollout server") for line in text.splitlines())
+    assert "then launch: " not in text
+    plan = build_plan(load_job_config(_job_file(tmp_path, vllm_mode="server")), tmp_path / "run")
+    server = plan.config["rollout_server"]
+    assert server["start"] is True and server["command"][3] == "rollout"
+    assert server["env"]["AWORLD_SWIFT_SYNC_HOST"] == "127.0.0.1" and "AWORLD_SWIFT_JOB" not in server["env"]
+    assert server["log"] == str(run / "rollout_server.log") and server["startup_timeout_s"] == 900.0
+    args = dict(zip(server["command"][4::2], server["command"][5::2], strict=False))
+    assert args["--host"] == "127.0.0.1" and args["--port"] == "8000" and plan.config["swift_args"]["vllm_server_port"] == [8000]
+
+
+def test_a_started_rollout_server_must_be_the_one_the_trainer_reaches(tmp_path):
+    from aworld_core.errors import ConfigError
+
+    job = load_job_config(_job_file(tmp_path, vllm_mode="server", vllm_server_host=["10.0.0.2"]))
+    with pytest.raises(ConfigError, match="start_rollout_server: false to use yours"):
+        build_plan(job, tmp_path / "run")
+    job = load_job_config(_job_file(tmp_path, vllm_mode="server", vllm_server_host=["10.0.0.2"],
+                                    aworld={"start_rollout_server": False}))
+    assert build_plan(job, tmp_path / "run").config["rollout_server"]["start"] is False
 
 
 def test_colocate_plans_no_rollout_server(tmp_path):

@@ -17,12 +17,18 @@ them. ``AWORLD_SWIFT_JOB`` points ms-swift's processes at the serialized job (``
 Server mode (``backends.swift.vllm_mode: server``): ms-swift's trainer samples through a separate
 ``swift rollout`` server, which runs the scheduler, so the episodes. The trainer's command gets
 ``--use_vllm true --vllm_server_host 127.0.0.1 --vllm_server_port 8000`` (unless set), and the
-plan carries the server's command (``config.rollout_server``, and a note with the line to run
-first)::
+plan carries the server's command (``config.rollout_server``)::
 
-    env AWORLD_SWIFT_JOB=<out>/job.json python -m swift.cli.main rollout --model <model.path>
-        --external_plugins <aworld_swift/swift_plugin.py> --multi_turn_scheduler aworld
-        [--max_turns N] --host 127.0.0.1 --port 8000 --seed <seed> ...
+    python -m swift.cli.main rollout --model <model.path> --external_plugins <aworld_swift/swift_plugin.py>
+        --multi_turn_scheduler aworld [--max_turns N] --host 127.0.0.1 --port 8000 --seed <seed> ...
+
+with the plan's environment plus ``config.rollout_server.env`` (``AWORLD_SWIFT_SYNC_HOST``: where
+the weight-sync group listens, the server's host; on vLLM's CPU build ``VLLM_PLUGINS=none`` and,
+unless ``vllm_gpu_memory_utilization`` is set, ``VLLM_CPU_KVCACHE_SPACE=1``). Launching starts it
+(log ``<out>/rollout_server.log``), waits for its ``/health``, runs the trainer and stops it with
+the run; with ``backends.swift.aworld.start_rollout_server: false`` the server is the user's (a
+note prints the line to run first). On a machine without a GPU, aworld-swift's ms-swift plugin
+makes both run (:mod:`aworld_swift.server_sync`).
 
 ``backends.swift.rollout`` holds the server's own arguments (``vllm_gpu_memory_utilization``,
 ``vllm_tensor_parallel_size``, ...; ``external_plugins`` added to ours). Secrets never go on a
@@ -39,6 +45,8 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +55,11 @@ from aworld_core.schemas import LaunchPlan, TrainResult
 from aworld_core.secrets import public_job_dump, secret_environment
 from aworld_swift.rows import TEST_FILE, TRAIN_FILE
 from aworld_swift.runtime import JOB_ENV, OPTIONS_KEY, TRAJECTORIES_FILE, SwiftOptions
+from aworld_swift.server_sync import SYNC_HOST_ENV
 
 BACKEND = "swift"
 JOB_FILE = "job.json"
+ROLLOUT_LOG = "rollout_server.log"
 SWIFT_OUTPUT = "swift"
 ROLLOUT_KEY = "rollout"  # backends.swift.rollout: the arguments of the `swift rollout` server (server mode)
 PLUGIN_FILE = Path(__file__).resolve().with_name("swift_plugin.py")
@@ -124,6 +134,33 @@ def _rollout_section(job: Any) -> dict[str, Any]:
     return dict(section)
 
 
+def rollout_env(job: Any, server: dict[str, Any]) -> dict[str, str]:
+    """What the rollout server gets beyond the plan's environment."""
+    env = {SYNC_HOST_ENV: str(server["host"])}
+    from aworld_swift.vllm_cpu_sync import cpu_build_installed
+
+    if cpu_build_installed():
+        if "VLLM_PLUGINS" not in os.environ:
+            env["VLLM_PLUGINS"] = "none"  # ms-swift's vLLM plugin needs torchvision (no CPU wheel); ours is none
+        if "vllm_gpu_memory_utilization" not in _rollout_section(job) and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+            # vLLM's CPU build reserves vllm_gpu_memory_utilization (ms-swift: 0.9) of the RAM, and refuses
+            # to start when that much is not free: 1 GiB of KV cache, as for the core's vLLM servers
+            env["VLLM_CPU_KVCACHE_SPACE"] = "1"
+    return env
+
+
+def _check_started_server(job: Any, args: dict[str, Any], server: dict[str, Any]) -> None:
+    """A server the launch starts runs here: the trainer must connect to it, and only to it."""
+    hosts = args.get("vllm_server_host") or []
+    if args.get("vllm_server_base_url") is not None or [str(h) for h in hosts] not in (
+            [LOCAL_HOST], ["localhost"], [str(server["host"])]):
+        raise ConfigError(
+            "backends.swift.vllm_server_host / vllm_server_base_url name another machine's rollout server, but "
+            f"launching starts one here ({server['host']}:{server['port']}); set backends.swift.{OPTIONS_KEY}."
+            "start_rollout_server: false to use yours, or drop them"
+        )
+
+
 def _server_port(job: Any, args: dict[str, Any]) -> int:
     """The one port the server listens on and the trainer connects to."""
     ports = args.get("vllm_server_port")
@@ -192,7 +229,7 @@ def missing_for_launch(job: Any) -> list[str]:
 
 
 def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
-    SwiftOptions.from_job(job)  # bad options fail here, before anything runs
+    options = SwiftOptions.from_job(job)  # bad options fail here, before anything runs
     out = output_dir.resolve()
     args = swift_args(job, out)
     notes = [f"the job lacks {item}: set it before launching" for item in missing_for_launch(job)]
@@ -215,18 +252,32 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
     if args.get("vllm_mode") == "server":
         server = rollout_args(job, args)
         server_command = command_line(server, "rollout")
-        config["rollout_server"] = {"args": server, "command": server_command, "env": env}
-        notes.append(
-            "server mode: start the rollout server first, where the GPUs for sampling are (it runs the episodes; "
-            f"the trainer waits for it up to vllm_server_timeout), then launch: {server_line(server_command, env)}"
-        )
+        server_env = rollout_env(job, server)
+        start = options.start_rollout_server
+        if start:
+            _check_started_server(job, args, server)
+        config["rollout_server"] = {"args": server, "command": server_command, "env": server_env, "start": start,
+                                    "log": str(out / ROLLOUT_LOG), "startup_timeout_s": options.rollout_startup_timeout_s}
+        if start:
+            notes.append(
+                f"server mode: launching starts the rollout server (config.rollout_server: its command, run with the "
+                f"environment above plus {', '.join(f'{k}={v}' for k, v in server_env.items())}; log {out / ROLLOUT_LOG}), "
+                f"waits up to {options.rollout_startup_timeout_s:.0f} s for its /health, runs the trainer, and stops "
+                "the server with the run"
+            )
+        else:
+            notes.append(
+                "server mode: start the rollout server first, where the GPUs for sampling are (it runs the episodes; "
+                f"the trainer waits for it up to vllm_server_timeout), with the environment above and then launch: "
+                f"{server_line(server_command, {**env, **server_env})}"
+            )
         notes.append(
             f"the rollout server reads the job from {out / JOB_FILE} when its first request arrives (launching "
             "writes it) and writes episodes beside it; it reads AWORLD_* settings (API keys, MCP tokens) from its "
             "own environment or .env, never from its command line; start it afresh for every launch"
         )
         needed = sorted(secret_environment(job))
-        if needed:
+        if needed and not start:
             notes.append(f"the job file refers to secrets by environment variable: start the rollout server with "
                          f"{', '.join(needed)} set in its environment")
     notes += [
@@ -303,8 +354,12 @@ def launch(job: Any, plan: LaunchPlan) -> TrainResult:
     datasets = write_datasets(job, output_dir)
     for stale in output_dir.glob(TRAJECTORIES_FILE.replace(".jsonl", "*.jsonl")):
         stale.unlink()  # ms-swift's processes append this run's episodes
-    result = execute_plan(plan, output_dir)
+    with rollout_server(plan, output_dir) as server:
+        result = execute_plan(plan, output_dir)
     result.artifacts.update(datasets)
+    if server is not None:
+        result.artifacts["rollout_server_log"] = str(server.log_path)
+        result.metrics["rollout_server_startup_s"] = round(server.startup_s, 1)
     swift_dir = Path(plan.config.get("swift_args", {}).get("output_dir", output_dir / SWIFT_OUTPUT))
     trajectories = output_dir / TRAJECTORIES_FILE
     if trajectories.exists():
@@ -314,6 +369,26 @@ def launch(job: Any, plan: LaunchPlan) -> TrainResult:
         result.artifacts["swift_log"] = str(log)
         result.metrics.update(last_metrics(log))
     return result
+
+
+@contextmanager
+def rollout_server(plan: LaunchPlan, output_dir: Path) -> Iterator[Any]:
+    """The plan's ``swift rollout`` server, running while the block runs (server mode with
+    ``start_rollout_server``); ``None`` otherwise. The job file is written first: the server's
+    scheduler reads it."""
+    spec = plan.config.get("rollout_server") or {}
+    if not spec.get("start"):
+        yield None
+        return
+    from aworld_core.launch import write_plan_files
+    from aworld_swift.rollout_server import RolloutServer
+
+    write_plan_files(plan, output_dir)
+    args = spec["args"]
+    server = RolloutServer(spec["command"], {**plan.env, **spec["env"]}, host=str(args["host"]), port=int(args["port"]),
+                           log_path=spec["log"], startup_timeout_s=float(spec["startup_timeout_s"]))
+    with server:
+        yield server
 
 
 def last_metrics(log: Path) -> dict[str, Any]:

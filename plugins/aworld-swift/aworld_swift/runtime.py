@@ -52,6 +52,14 @@ class SwiftOptions(BaseModel):
         description="Set on the policy's generation config: an empty completion crashes ms-swift's GRPO.",
     )
     keep_episodes: int = Field(default=4096, ge=1, description="Finished episodes kept for reward functions.")
+    start_rollout_server: bool = Field(
+        default=True,
+        description="Server mode: launching starts the plan's 'swift rollout' server on this machine, waits for it, "
+                    "trains, and stops it; false: the server is yours (started with the plan's printed line).",
+    )
+    rollout_startup_timeout_s: float = Field(
+        default=900.0, gt=0, description="Server mode: how long launching waits for the rollout server's /health."
+    )
 
     @classmethod
     def from_job(cls, job: Any) -> SwiftOptions:

@@ -10,7 +10,9 @@ starts; importing it registers, in ms-swift's own registries:
 * ``callbacks_map['aworld']``: :class:`aworld_swift.callback.AworldCallback` (``--callbacks aworld``).
 
 Where vLLM's CPU build is installed it also wraps ms-swift's colocate weight sync
-(:mod:`aworld_swift.vllm_cpu_sync`), which otherwise fails on that backend.
+(:mod:`aworld_swift.vllm_cpu_sync`), which otherwise fails on that backend, and makes its server
+mode run on a CPU (:mod:`aworld_swift.server_sync`: the rollout server's device check and worker
+extension, the trainer's sending of weights).
 
 The job itself is read lazily (``AWORLD_SWIFT_JOB``), when ms-swift first builds one of them.
 """
@@ -24,6 +26,7 @@ from swift.rollout.multi_turn import multi_turns
 from aworld_swift.callback import AworldCallback
 from aworld_swift.rewards import reward_classes
 from aworld_swift.scheduler import AworldScheduler
+from aworld_swift.server_sync import install as install_server_sync
 from aworld_swift.vllm_cpu_sync import install as install_vllm_cpu_sync
 
 
@@ -37,3 +40,4 @@ multi_turns["aworld"] = AworldScheduler
 orms.update(reward_classes(_registered_reward_names()))
 callbacks_map["aworld"] = AworldCallback
 install_vllm_cpu_sync()
+install_server_sync()
