@@ -180,6 +180,7 @@ def test_server_mode_plans_the_rollout_server_with_what_it_needs(tmp_path, monke
     assert trainer.use_vllm is True and trainer.vllm_mode == "server"
     assert trainer.vllm_server_host == ["127.0.0.1"] and trainer.vllm_server_port == [8123]
     assert trainer.multi_turn_scheduler == "aworld" and trainer.max_turns == 3
+    assert trainer.rollout_importance_sampling_mode == "token_truncate"  # server mode's default
     assert not hasattr(trainer, "rollout")  # the server's section never reaches the trainer
     assert "sk-never-on-a-command-line" not in text
 
@@ -199,6 +200,16 @@ def test_server_mode_launch_starts_the_rollout_server_by_default(tmp_path):
     assert server["log"] == str(run / "rollout_server.log") and server["startup_timeout_s"] == 900.0
     args = dict(zip(server["command"][4::2], server["command"][5::2], strict=False))
     assert args["--host"] == "127.0.0.1" and args["--port"] == "8000" and plan.config["swift_args"]["vllm_server_port"] == [8000]
+
+
+def test_server_mode_importance_sampling_is_on_unless_turned_off(tmp_path):
+    args = swift_args(load_job_config(_job_file(tmp_path, vllm_mode="server")), tmp_path / "run")
+    assert args["rollout_importance_sampling_mode"] == "token_truncate"
+    args = swift_args(load_job_config(_job_file(tmp_path, vllm_mode="server", rollout_importance_sampling_mode=None)),
+                      tmp_path / "run")
+    assert "rollout_importance_sampling_mode" not in args  # ms-swift's default: off
+    args = swift_args(load_job_config(_job_file(tmp_path)), tmp_path / "run")
+    assert "rollout_importance_sampling_mode" not in args  # colocate: ms-swift's own default
 
 
 def test_a_started_rollout_server_must_be_the_one_the_trainer_reaches(tmp_path):
@@ -233,3 +244,66 @@ def test_server_mode_and_secrets_are_checked_before_anything_runs(tmp_path, caps
         build_plan(load_job_config(_job_file(tmp_path, **swift)), tmp_path / "run")
     code, _ = _dry_run(_job_file(tmp_path, **swift))
     assert code == 2 and "error:" in capsys.readouterr().err
+
+
+def _server(tmp_path: Path, code: str, port: int, group_port: int | None = None) -> object:
+    from aworld_swift.rollout_server import RolloutServer
+
+    return RolloutServer([sys.executable, "-c", code, str(port)], {"AWORLD_TEST_MARK": "1"}, host="127.0.0.1",
+                         port=port, log_path=tmp_path / "rollout_server.log", startup_timeout_s=60,
+                         group_port=group_port)
+
+
+# a stand-in process for the lifecycle only (ms-swift's real server runs in tests/swift_vllm): answers
+# /health on the port it is given, and starts a child that would outlive it
+HEALTH_SERVER = """
+import http.server, os, subprocess, sys
+assert os.environ["AWORLD_TEST_MARK"] == "1"
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open(os.environ["CHILD_PID_FILE"], "w").write(str(child.pid))
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+
+
+def test_the_rollout_server_process_is_waited_for_and_stopped_with_what_it_started(tmp_path, monkeypatch):
+    import os
+
+    from aworld_core.vllm_server import free_port
+
+    monkeypatch.setenv("CHILD_PID_FILE", str(tmp_path / "child.pid"))
+    with _server(tmp_path, HEALTH_SERVER, free_port()) as server:
+        assert server.proc.poll() is None and server.startup_s > 0
+        child = int((tmp_path / "child.pid").read_text())
+        os.kill(child, 0)  # alive
+    assert server.proc is None
+    import time
+
+    for _ in range(50):  # killed with the server's process group
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the rollout server's child outlived it")
+
+
+def test_a_rollout_server_that_dies_or_finds_its_port_taken_is_a_clear_error(tmp_path):
+    import socket
+
+    from aworld_core.errors import AworldError, UsageError
+    from aworld_core.vllm_server import free_port
+
+    with pytest.raises(AworldError, match=r"(?s)the ms-swift rollout server exited with code 3.*dying on purpose"):
+        _server(tmp_path, "import sys; print('dying on purpose', flush=True); sys.exit(3)", free_port()).start()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UsageError, match=rf"rollout server's port 127.0.0.1:{port} is in use.*rollout.port"):
+            _server(tmp_path, HEALTH_SERVER, port).start()
+        with pytest.raises(UsageError, match=r"weight-sync group's port .* is in use.*vllm_server_group_port"):
+            _server(tmp_path, HEALTH_SERVER, free_port(), group_port=port).start()

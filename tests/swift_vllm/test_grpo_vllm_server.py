@@ -136,7 +136,6 @@ def _job(tmp_path: Path, model_dir: Path, mcp_config: dict[str, Any]) -> Path:
             "num_generations": 2, "per_device_train_batch_size": 6, "max_completion_length": 48,
             "max_steps": 2, "temperature": 1.0, "learning_rate": 1e-2, "beta": 0.0, "logging_steps": 1,
             "save_strategy": "no", "dataloader_num_workers": 0,
-            "rollout_importance_sampling_mode": "token_truncate",
             "external_plugins": [str(SWIFT_TESTS / "record_batches.py"), str(HERE / "record_server.py")],
             "rollout": {"port": free_port(), "vllm_max_model_len": 1024, "vllm_enforce_eager": True},
         }},

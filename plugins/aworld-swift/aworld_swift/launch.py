@@ -16,8 +16,9 @@ them. ``AWORLD_SWIFT_JOB`` points ms-swift's processes at the serialized job (``
 
 Server mode (``backends.swift.vllm_mode: server``): ms-swift's trainer samples through a separate
 ``swift rollout`` server, which runs the scheduler, so the episodes. The trainer's command gets
-``--use_vllm true --vllm_server_host 127.0.0.1 --vllm_server_port 8000`` (unless set), and the
-plan carries the server's command (``config.rollout_server``)::
+``--use_vllm true --vllm_server_host 127.0.0.1 --vllm_server_port 8000
+--rollout_importance_sampling_mode token_truncate`` (each unless set; ``null`` turns the
+correction off), and the plan carries the server's command (``config.rollout_server``)::
 
     python -m swift.cli.main rollout --model <model.path> --external_plugins <aworld_swift/swift_plugin.py>
         --multi_turn_scheduler aworld [--max_turns N] --host 127.0.0.1 --port 8000 --seed <seed> ...
@@ -66,6 +67,10 @@ PLUGIN_FILE = Path(__file__).resolve().with_name("swift_plugin.py")
 ADDITIVE = ("external_plugins", "callbacks")  # ours are kept when the user adds their own
 LOCAL_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+SWIFT_GROUP_PORT = 51216  # ms-swift's VLLMClient: the weight-sync group's port when vllm_server_group_port is unset
+# server mode: ms-swift's rollout importance sampling on by default (the trainer is not the sampler:
+# another process, another kernel); backends.swift.rollout_importance_sampling_mode: null turns it off
+SERVER_IS_MODE = "token_truncate"
 # ms-swift arguments that carry a secret: a command line is visible to every user of the machine
 SECRETS = {
     "hub_token": "set HF_TOKEN (or MODELSCOPE_API_TOKEN) in the environment instead",
@@ -104,6 +109,8 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
             raise ConfigError("backends.swift.vllm_mode is 'server' but use_vllm is false: set use_vllm: true "
                               "(the rollout server is ms-swift's vLLM server mode)")
         args["use_vllm"] = True
+        if "rollout_importance_sampling_mode" not in user:
+            args["rollout_importance_sampling_mode"] = SERVER_IS_MODE
         if args.get("vllm_server_host") is None and args.get("vllm_server_base_url") is None:
             args["vllm_server_host"] = [LOCAL_HOST]
         ports = args.get("vllm_server_port")
@@ -385,8 +392,10 @@ def rollout_server(plan: LaunchPlan, output_dir: Path) -> Iterator[Any]:
 
     write_plan_files(plan, output_dir)
     args = spec["args"]
+    group_ports = plan.config["swift_args"].get("vllm_server_group_port") or [SWIFT_GROUP_PORT]
     server = RolloutServer(spec["command"], {**plan.env, **spec["env"]}, host=str(args["host"]), port=int(args["port"]),
-                           log_path=spec["log"], startup_timeout_s=float(spec["startup_timeout_s"]))
+                           log_path=spec["log"], startup_timeout_s=float(spec["startup_timeout_s"]),
+                           group_port=int(group_ports[0] if isinstance(group_ports, list) else group_ports))
     with server:
         yield server
 

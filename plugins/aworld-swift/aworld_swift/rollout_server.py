@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from aworld_core.errors import UsageError
+from aworld_core.errors import AworldError, UsageError
 from aworld_core.vllm_server import VllmServer, VllmServerSpec
 
 
@@ -27,11 +28,27 @@ class RolloutServer(VllmServer):
     process it started (the rollout worker, vLLM's engine core)."""
 
     def __init__(self, command: list[str], env: Mapping[str, str], *, host: str, port: int,
-                 log_path: str | Path, startup_timeout_s: float):
+                 log_path: str | Path, startup_timeout_s: float, group_port: int | None = None):
         super().__init__(VllmServerSpec(host=host, port=port, startup_timeout_s=startup_timeout_s), log_path=log_path)
         self.command = list(command)
         self.env = dict(env)
+        self.group_port = group_port
         self._group: int | None = None
+
+    def check_ports(self) -> None:
+        """The server's port and the weight-sync group's are free: a server already listening there
+        would answer our health check (and the trainer's requests) instead of ours."""
+        for port, what, key in ((self.port, "the rollout server's port", "backends.swift.rollout.port"),
+                                (self.group_port, "the weight-sync group's port", "backends.swift.vllm_server_group_port")):
+            if port is None:
+                continue
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((self.spec.host, port))
+                except OSError as exc:
+                    raise UsageError(f"{what} {self.spec.host}:{port} is in use ({exc.strerror}): another server "
+                                     f"runs there; stop it or set {key} to a free port") from None
 
     def argv(self) -> list[str]:
         return list(self.command)
@@ -39,6 +56,7 @@ class RolloutServer(VllmServer):
     def start(self) -> RolloutServer:
         started = time.monotonic()
         assert self.log_path is not None
+        self.check_ports()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             try:
@@ -49,8 +67,11 @@ class RolloutServer(VllmServer):
         self._group = self.proc.pid
         try:
             self.wait_healthy(self.spec.startup_timeout_s)  # a clear error with the log's tail
-        except BaseException:
+        except AworldError as exc:
             self.stop()  # whatever it started goes too (a `with` block's end never comes)
+            raise AworldError(str(exc).replace("the vLLM server", "the ms-swift rollout server", 1)) from None
+        except BaseException:
+            self.stop()
             raise
         self.startup_s = time.monotonic() - started
         return self
