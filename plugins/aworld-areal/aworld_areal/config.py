@@ -3,8 +3,13 @@
 ``backends.areal`` in the job is AReaL's own config (the sections of ``GRPOConfig``: ``cluster``,
 ``scheduler``, ``rollout``, ``actor``, ``ref``, ``gconfig``, ``sglang``/``vllm``, ``train_dataset``,
 ``valid_dataset``, ``saver``, ``evaluator``, ``recover``, ``stats_logger``, ...), merged over
-defaults derived from the job (model path, tokenizer, names, seed, where files go). One key is
-ours, not AReaL's: ``backends.areal.workflow`` holds ``AworldWorkflow``'s options.
+defaults derived from the job (model path, tokenizer, names, seed, where files go). Three keys are
+ours, not AReaL's: ``backends.areal.workflow`` holds ``AworldWorkflow``'s options,
+``backends.areal.vllm_server`` the plain vLLM server the rollout runs on (an
+``aworld_core.vllm_server.VllmServerSpec``: a running server's ``url``, or the ``python`` that
+starts one; AReaL's own server extension does not run on vLLM 0.32, see ``vllm_engine``), and
+``backends.areal.mode`` how AReaL starts: ``spmd`` (one trainer process, the default with
+``vllm_server``) or ``single_controller`` (AReaL's scheduler starts workers; the default without).
 
 Where AReaL is installed the result is validated against ``GRPOConfig`` exactly as
 ``load_expr_config`` merges it, so a key AReaL rejects fails at ``--dry-run`` with its name.
@@ -16,13 +21,23 @@ import copy
 import importlib.util
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from aworld_core.errors import ConfigError
 
 SCHEDULERS = ("local", "ray", "slurm")
 WORKFLOW_KEY = "workflow"
+SERVER_KEY = "vllm_server"
+MODE_KEY = "mode"
+SPMD, SINGLE_CONTROLLER = "spmd", "single_controller"
+MODES = (SPMD, SINGLE_CONTROLLER)
+SERVER_FILE = "vllm_server.json"  # the resolved VllmServerSpec, beside areal_config.yaml
+SERVER_LOG_NAME = "vllm_server.log"
+#: names the server spec file for the trainer (SPMD) and AReaL's rollout workers (single controller)
+SPEC_ENV = "AWORLD_AREAL_VLLM_SERVER"
 WORKFLOW_OPTIONS = {
     "turn_discount": "reward * turn_discount ** (turns - 1); in (0, 1]",
     "max_response_tokens": "cap on an episode's response (sampled + tool tokens); null: gconfig.max_tokens bounds it",
@@ -37,6 +52,17 @@ WORKFLOW_OPTIONS = {
     "openai_agent": "'module:function' of an async agent written against the OpenAI API, run instead of 'agent'",
 }
 WORKFLOW_DEFAULTS: dict[str, Any] = {"reward_processes": 2, "reward_timeout_s": 60.0}
+RUN_OPTIONS_KEY = "aworld"
+# backends.areal.aworld: what the run writes around AReaL's trainer (aworld_areal.run)
+RUN_OPTIONS = {
+    "eval_before": (True, "held-out accuracy (test_dataset, greedy, full tool loop) before training"),
+    "eval_after": (True, "the same after training, on the trained policy"),
+    "eval_concurrency": (None, "episodes in flight during evaluation; null: rollout.concurrency"),
+    "plot": (True, "write metrics.png (training reward, tool-call rate, loss, held-out accuracy)"),
+    "save_checkpoint": (True, "write the trained policy and its tokenizer to <output>/checkpoint"),
+    "trajectories": (False, "append every training episode (tokens, logprobs, versions) to <output>/trajectories.jsonl"),
+    "summary_window": (5, "steps averaged for the start and end rewards of the summary"),
+}
 TRIAL_NAME = "trial0"
 
 
@@ -260,20 +286,213 @@ def workflow_options(job: Any, options: dict[str, Any]) -> dict[str, Any]:
     return resolved
 
 
-def build_areal_config(job: Any, output_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(AReaL config, workflow options)`` for ``job``; the first is what ``areal_config.yaml`` holds."""
+@dataclass
+class ArealLaunch:
+    """Everything a launch of AReaL needs: its config, the workflow options, how it starts, and
+    the vLLM server it rolls out on (``None``: AReaL's own servers, SGLang or vLLM, on GPUs)."""
+
+    config: dict[str, Any]
+    options: dict[str, Any]
+    mode: str
+    server: Any = None  # aworld_core.vllm_server.VllmServerSpec
+    gpu: bool = True  # a GPU is visible here (the CPU defaults apply when not)
+
+    @property
+    def server_address(self) -> str | None:
+        """``host:port`` as AReaL's engines address servers (``AREAL_LLM_SERVER_ADDRS``)."""
+        if self.server is None:
+            return None
+        if self.server.url:
+            parsed = urlsplit(self.server.url)
+            return parsed.netloc or parsed.path
+        return f"{self.server.host}:{self.server.port}"
+
+
+def external_server_defaults(gpu: bool) -> dict[str, Any]:
+    """What rolling out on a plain vLLM server changes in the defaults: AReaL's vLLM client, disk
+    weight updates (the only kind plain vLLM takes), one trainer process; without a GPU also the
+    CPU layout (no GPUs per node or worker, float32 as vLLM's CPU build runs it, no activation
+    checkpointing for a model this small enough to train on a CPU)."""
+    defaults: dict[str, Any] = {
+        "rollout": {"backend": "vllm:d1p1t1"},
+        "actor": {"backend": "fsdp:d1p1t1", "weight_update_mode": "disk"},
+    }
+    if not gpu:
+        defaults["cluster"] = {"n_gpus_per_node": 0}
+        defaults["actor"].update({"dtype": "float32", "gradient_checkpointing": False, "attn_impl": "sdpa"})
+    return defaults
+
+
+def _gpu() -> bool:
+    from aworld_core.vllm_server import gpu_visible
+
+    return gpu_visible()
+
+
+def _refuse(key: str, value: Any, message: str, expected: str) -> ConfigError:
+    return ConfigError(message, [(f"backends.areal.{key}", value, expected)])
+
+
+def _check_external_server(config: dict[str, Any], section: dict[str, Any], mode: str) -> None:
+    """Refuse what the plain vLLM server (and SPMD mode) would silently not honour."""
+    for name in ("vllm", "sglang"):
+        if name in section:
+            raise _refuse(
+                name, section[name],
+                f"backends.areal.{name} configures a server AReaL launches itself, but with "
+                f"backends.areal.{SERVER_KEY} the rollout runs on that plain vLLM server: put server settings "
+                f"there (model, dtype, max_model_len, gpu_memory_utilization, extra_args, ...)",
+                f"nothing (use backends.areal.{SERVER_KEY})",
+            )
+    rollout_backend = str(config["rollout"].get("backend", ""))
+    if not rollout_backend.startswith("vllm"):
+        raise _refuse("rollout.backend", rollout_backend,
+                      f"backends.areal.rollout.backend is {rollout_backend!r}, but backends.areal.{SERVER_KEY} is a "
+                      f"vLLM server: use vllm:d1p1t1 (or drop {SERVER_KEY} to run AReaL's own servers)", "vllm:d1p1t1")
+    update_mode = config["actor"].get("weight_update_mode")
+    if update_mode != "disk":
+        raise _refuse("actor.weight_update_mode", update_mode,
+                      f"backends.areal.actor.weight_update_mode is {update_mode!r}; the plain vLLM server reloads "
+                      f"weights from a checkpoint on disk only: set it to disk", "disk")
+    if config["actor"].get("use_lora"):
+        raise _refuse("actor.use_lora", True,
+                      f"LoRA is not supported with backends.areal.{SERVER_KEY} (the plain vLLM server reloads full "
+                      f"checkpoints): drop actor.use_lora", "false")
+    if mode != SPMD:
+        return
+    if "scheduler" in section:
+        raise _refuse("scheduler", section["scheduler"],
+                      f"backends.areal.scheduler is not used in SPMD mode (one trainer process, no scheduler): drop it, "
+                      f"or set backends.areal.{MODE_KEY}: {SINGLE_CONTROLLER}", "nothing in SPMD mode")
+    for role, key in (("actor", "actor.backend"), ("rollout", "rollout.backend")):
+        allocation = str(config[role].get("backend", ""))
+        dims = dict(re.findall(r"([a-z])(\d+)", allocation.split(":", 1)[-1]))
+        if any(int(v) != 1 for v in dims.values()):
+            raise _refuse(key, allocation,
+                          f"backends.areal.{key} is {allocation!r}, but aworld-areal's SPMD launch runs one trainer "
+                          f"process and one vLLM server: use {allocation.split(':', 1)[0]}:d1p1t1, or set "
+                          f"backends.areal.{MODE_KEY}: {SINGLE_CONTROLLER} to scale out", "d1p1t1")
+
+
+def server_spec(job: Any, section: Any, config: dict[str, Any], *, gpu: bool) -> Any:
+    """``backends.areal.vllm_server`` as a ``VllmServerSpec``, its defaults from the AReaL config:
+    the actor's model, a float32 server on a CPU (else the actor's dtype), the context
+    (``gconfig.max_tokens``) as ``max_model_len``, the job's seed, a free port on loopback."""
+    from pydantic import ValidationError
+
+    from aworld_core.vllm_server import VllmServerSpec, free_port
+
+    if not isinstance(section, dict):
+        raise _refuse(SERVER_KEY, section, f"backends.areal.{SERVER_KEY} must be a mapping (url: ..., or python: ...)",
+                      "a mapping")
+    data = dict(section)
+    if data.get("python"):
+        data["python"] = local_path(job, str(data["python"]))
+    data.setdefault("model", config["actor"]["path"])
+    if "dtype" not in data:
+        dtype = config["actor"].get("dtype")
+        data["dtype"] = "float32" if not gpu else (dtype if isinstance(dtype, str) and "$" not in dtype else "auto")
+    max_tokens = config.get("gconfig", {}).get("max_tokens")
+    if "max_model_len" not in data and isinstance(max_tokens, int):
+        data["max_model_len"] = max_tokens
+    if "seed" not in data and job.seed is not None:
+        data["seed"] = job.seed
+    try:
+        spec = VllmServerSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"backends.areal.{SERVER_KEY} is not a vLLM server spec: {problems}",
+                          [(f"backends.areal.{SERVER_KEY}.{'.'.join(map(str, e['loc']))}", None, e["msg"])
+                           for e in exc.errors()]) from None
+    if spec.url is None:
+        if spec.command is None:
+            python = spec.python or os.environ.get("AWORLD_VLLM_PYTHON")
+            if not python:
+                raise _refuse(f"{SERVER_KEY}.python", None,
+                              f"backends.areal.{SERVER_KEY} needs 'url' (a running vLLM server) or 'python' (an "
+                              f"interpreter with vLLM, e.g. .venvs/vllm/bin/python; or AWORLD_VLLM_PYTHON)",
+                              "an interpreter with vLLM")
+            if not os.path.exists(python):
+                raise _refuse(f"{SERVER_KEY}.python", python,
+                              f"backends.areal.{SERVER_KEY}.python {python!r} does not exist: give an interpreter with "
+                              f"vLLM installed (e.g. .venvs/vllm/bin/python, built by make)", "an existing interpreter")
+            spec = spec.model_copy(update={"python": python})
+        if not spec.port:
+            spec = spec.model_copy(update={"port": free_port(spec.host)})
+    return spec
+
+
+def run_options(options: Any) -> dict[str, Any]:
+    """``backends.areal.aworld`` checked, over :data:`RUN_OPTIONS`' defaults."""
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise _refuse(RUN_OPTIONS_KEY, options, f"backends.areal.{RUN_OPTIONS_KEY} must be a mapping", "a mapping")
+    unknown = sorted(set(options) - set(RUN_OPTIONS))
+    if unknown:
+        known = "\n".join(f"  {k}: {help_}" for k, (_, help_) in RUN_OPTIONS.items())
+        raise ConfigError(
+            f"unknown option(s) {', '.join(unknown)} in backends.areal.{RUN_OPTIONS_KEY}; the options are:\n{known}",
+            [(f"backends.areal.{RUN_OPTIONS_KEY}.{k}", options[k], "a run option") for k in unknown],
+        )
+    resolved = {k: default for k, (default, _) in RUN_OPTIONS.items()}
+    resolved.update(options)
+    for key in ("eval_before", "eval_after", "plot", "save_checkpoint", "trajectories"):
+        if not isinstance(resolved[key], bool):
+            raise _refuse(f"{RUN_OPTIONS_KEY}.{key}", resolved[key],
+                          f"backends.areal.{RUN_OPTIONS_KEY}.{key} must be true or false", "a boolean")
+    for key in ("eval_concurrency", "summary_window"):
+        value = resolved[key]
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise _refuse(f"{RUN_OPTIONS_KEY}.{key}", value,
+                          f"backends.areal.{RUN_OPTIONS_KEY}.{key} must be a positive integer", "an integer >= 1")
+    return resolved
+
+
+def build_areal_launch(job: Any, output_dir: Path) -> ArealLaunch:
+    """The launch of ``job`` on AReaL: config, workflow options, mode and server, checked."""
     section = job.backend_section("areal")
     options = workflow_options(job, section.pop(WORKFLOW_KEY, {}) or {})
-    config = deep_merge(default_areal_config(job, output_dir), section)
-    scheduler = config.get("scheduler")
-    kind = scheduler.get("type") if isinstance(scheduler, dict) else None
-    if kind not in SCHEDULERS:
-        raise ConfigError(
-            f"backends.areal.scheduler.type is {kind!r}; aworld-areal runs AReaL's single-controller mode: "
-            f"choose one of {', '.join(SCHEDULERS)}",
-            [("backends.areal.scheduler.type", kind, f"one of {', '.join(SCHEDULERS)}")],
-        )
-    return config, options
+    run_options(section.pop(RUN_OPTIONS_KEY, None))  # read by aworld_areal.run from the job
+    server_section = section.pop(SERVER_KEY, None)
+    mode = section.pop(MODE_KEY, None) or (SPMD if server_section is not None else SINGLE_CONTROLLER)
+    if mode not in MODES:
+        raise _refuse(MODE_KEY, mode, f"backends.areal.{MODE_KEY} is {mode!r}; choose one of {', '.join(MODES)}",
+                      f"one of {', '.join(MODES)}")
+    if mode == SPMD and server_section is None:
+        raise _refuse(SERVER_KEY, None,
+                      f"AReaL's SPMD mode runs on a vLLM server you name: set backends.areal.{SERVER_KEY} (python: an "
+                      f"interpreter with vLLM, or url: a running server), or backends.areal.{MODE_KEY}: "
+                      f"{SINGLE_CONTROLLER}", "a vLLM server spec")
+    defaults = default_areal_config(job, output_dir)
+    gpu = _gpu()
+    if server_section is not None:
+        defaults = deep_merge(defaults, external_server_defaults(gpu))
+        if mode == SPMD:
+            defaults.pop("scheduler", None)
+    config = deep_merge(defaults, section)
+    server = None
+    if server_section is not None:
+        _check_external_server(config, section, mode)
+        config.pop("vllm", None)  # the server's settings are the spec's; AReaL launches none
+        config.pop("sglang", None)
+        server = server_spec(job, server_section, config, gpu=gpu)
+    if mode == SINGLE_CONTROLLER:
+        scheduler = config.get("scheduler")
+        kind = scheduler.get("type") if isinstance(scheduler, dict) else None
+        if kind not in SCHEDULERS:
+            raise ConfigError(
+                f"backends.areal.scheduler.type is {kind!r}; aworld-areal runs AReaL's single-controller mode: "
+                f"choose one of {', '.join(SCHEDULERS)}",
+                [("backends.areal.scheduler.type", kind, f"one of {', '.join(SCHEDULERS)}")],
+            )
+    return ArealLaunch(config, options, mode, server, gpu=gpu)
+
+
+def build_areal_config(job: Any, output_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(AReaL config, workflow options)`` for ``job``; the first is what ``areal_config.yaml`` holds."""
+    launch = build_areal_launch(job, output_dir)
+    return launch.config, launch.options
 
 
 def areal_installed() -> bool:

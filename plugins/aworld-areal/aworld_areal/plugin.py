@@ -26,10 +26,11 @@ def register_backends() -> list[BackendSpec]:
     return [
         BackendSpec(
             NAME,
-            "AReaL asynchronous GRPO with whole multi-turn AWorld episodes",
+            "AReaL asynchronous GRPO with whole multi-turn AWorld episodes (on a CPU with a plain vLLM "
+            "server: backends.areal.vllm_server; AReaL's own SGLang/vLLM servers need GPUs)",
             framework="areal",
             install_hint="pip install 'aworld-areal[areal]'",
-            requires_gpu=True,
+            requires_gpu=False,
         )
     ]
 
@@ -75,20 +76,42 @@ def launch_trainer(backend: str, job: Any, plan: LaunchPlan) -> None:
 def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
     if backend != NAME:
         return None
-    from aworld_areal.config import areal_installed, build_areal_config, missing_inputs, validate_areal_config
+    from aworld_areal.config import (
+        SERVER_FILE,
+        SERVER_LOG_NAME,
+        SPEC_ENV,
+        SPMD,
+        areal_installed,
+        build_areal_launch,
+        missing_inputs,
+        validate_areal_config,
+    )
 
     out = Path(output_dir).resolve()
-    config, _ = build_areal_config(job, out)
+    launch = build_areal_launch(job, out)
+    config = launch.config
     notes = [f"cannot launch yet: {problem}" for problem in missing_inputs(job)]
-    notes.append(
-        f"AReaL scheduler: {config['scheduler']['type']} (single-controller mode; this command is the controller)"
-    )
-    rollout_gpus, actor_gpus = _gpus(config["rollout"].get("backend")), _gpus(config["actor"].get("backend"))
-    if rollout_gpus and actor_gpus:
+    env: dict[str, str] = {}
+    files: dict[str, str] = {}
+    if launch.mode == SPMD:
+        notes.append("AReaL SPMD mode: this command is the one trainer process (rank 0 of 1); no scheduler")
+        env.update(spmd_env(launch.server_address, gpu=launch.gpu))
+    else:
         notes.append(
-            f"needs {rollout_gpus + actor_gpus} GPUs: rollout {config['rollout']['backend']}, "
-            f"actor {config['actor']['backend']} (AReaL trains only with an SGLang or vLLM server)"
+            f"AReaL scheduler: {config['scheduler']['type']} (single-controller mode; this command is the controller)"
         )
+    if launch.server is not None:
+        files[SERVER_FILE] = launch.server.model_dump_json(indent=2) + "\n"
+        env[SPEC_ENV] = str(out / SERVER_FILE)
+        notes.extend(server_notes(launch, out / SERVER_LOG_NAME))
+    else:
+        rollout_gpus, actor_gpus = _gpus(config["rollout"].get("backend")), _gpus(config["actor"].get("backend"))
+        if rollout_gpus and actor_gpus:
+            notes.append(
+                f"needs {rollout_gpus + actor_gpus} GPUs: rollout {config['rollout']['backend']}, "
+                f"actor {config['actor']['backend']} (AReaL's own SGLang or vLLM server; on a CPU set "
+                f"backends.areal.vllm_server)"
+            )
     if areal_installed():
         validate_areal_config(config)
     else:
@@ -115,10 +138,57 @@ def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
         backend=NAME,
         command=command,
         cwd=str(out),
+        env=env,
         files={
             CONFIG_FILE: yaml.safe_dump(config, sort_keys=False),
             JOB_FILE: json.dumps(job_data, indent=2) + "\n",
+            **files,
         },
         config=config,
         notes=notes,
     )
+
+
+def spmd_env(server_address: str | None, *, gpu: bool = True) -> dict[str, str]:
+    """The environment AReaL's SPMD mode reads (what its launcher and ``torchrun`` would set for
+    one trainer process), and where the rollout server is.
+
+    Without a GPU also ``TORCHDYNAMO_DISABLE=1`` (unless set already): AReaL wraps its logprob
+    gathering in ``torch.compile``, which on a CPU compiles C++ for every new batch shape (the first
+    step of a tiny model took 78 s instead of ~1 s on this project's 2-core machine); eager is faster
+    for the models a CPU trains."""
+    from aworld_core.vllm_server import free_port
+
+    env = {
+        "AREAL_SPMD_MODE": "1",
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+    if server_address:
+        env["AREAL_LLM_SERVER_ADDRS"] = server_address
+    if not gpu and "TORCHDYNAMO_DISABLE" not in os.environ:
+        env["TORCHDYNAMO_DISABLE"] = "1"
+    return env
+
+
+def server_notes(launch: Any, log: Path) -> list[str]:
+    """What ``--dry-run`` says about the vLLM server: its command and environment, or its URL."""
+    import shlex
+
+    from aworld_areal.config import SPMD
+
+    spec = launch.server
+    if spec.url:
+        return [f"vLLM server: {spec.url} (running; nothing is started or stopped)"]
+    who = ("aworld_areal.train starts it before AReaL's trainer and stops it when the run ends"
+           if launch.mode == SPMD else "AReaL's rollout worker starts it (launch_server) and tears it down")
+    added = spec.child_env({})
+    return [
+        f"vLLM server ({who}; log {log}):",
+        "  " + shlex.join(spec.argv(spec.port)),
+        "  its environment adds: " + " ".join(f"{k}={v}" for k, v in sorted(added.items())),
+    ]

@@ -15,15 +15,17 @@ The workflow's kwargs keep the configured ``n_samples``. ``watch_rollouts`` lets
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from aworld_areal.config import WORKFLOW_KEY, workflow_options
+from aworld_areal.config import RUN_OPTIONS_KEY, WORKFLOW_KEY, run_options, workflow_options
 from aworld_core.config import JobConfig, load_job_config
 from aworld_core.errors import UsageError
 
 WORKFLOW = "aworld_areal.workflow.AworldWorkflow"
+TRAJECTORIES = "trajectories.jsonl"
 
 
 def split_job_arg(argv: list[str]) -> tuple[str, list[str]]:
@@ -101,6 +103,8 @@ class Prepared:
     workflow_kwargs: dict[str, Any]
     eval_workflow_kwargs: dict[str, Any] | None
     group_size: int  # gconfig.n_samples as configured: the rows per prompt (PPOTrainer's config says 1)
+    job: Any = None  # the JobConfig
+    test_samples: list[Any] | None = None  # the job's test_dataset (held-out evaluation), if any
 
 
 def prepare(argv: list[str]) -> Prepared:
@@ -120,31 +124,28 @@ def prepare(argv: list[str]) -> Prepared:
     check_group_norm(config)
     train = hf_dataset(load_dataset_section(job.train_dataset, job.base_dir))
     valid = None
-    if job.test_dataset is not None and config.valid_dataset is not None:
-        valid = hf_dataset(load_dataset_section(job.test_dataset, job.base_dir))
+    test = load_dataset_section(job.test_dataset, job.base_dir) if job.test_dataset is not None else None
+    if test is not None and config.valid_dataset is not None:
+        valid = hf_dataset(test)
     group_size = config.gconfig.n_samples
     kwargs = workflow_kwargs(job, config.gconfig, config.tokenizer_path, groups_per_step=config.train_dataset.batch_size)
+    if run_options(job.backend_section("areal").get(RUN_OPTIONS_KEY))["trajectories"]:
+        kwargs["trajectories"] = os.path.abspath(TRAJECTORIES)  # AReaL's processes start in the output directory
     eval_kwargs = workflow_kwargs(job, config.eval_gconfig, config.tokenizer_path, eval=True) if valid is not None else None
     hand_groups_to_workflow(config)
-    return Prepared(config, train, valid, kwargs, eval_kwargs, group_size)
+    return Prepared(config, train, valid, kwargs, eval_kwargs, group_size, job=job, test_samples=test)
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Prepare, then run ``PPOTrainer`` with the vLLM server and the job's outputs around it
+    (``aworld_areal.run``)."""
+    from aworld_core.offline import apply_offline_env
+
+    apply_offline_env()
     prepared = prepare(list(sys.argv[1:] if argv is None else argv))
-    from areal.trainer import PPOTrainer
+    from aworld_areal.run import ArealRun
 
-    from aworld_areal.stopping import watch_rollouts
-
-    with PPOTrainer(
-        prepared.config, train_dataset=prepared.train_dataset, valid_dataset=prepared.valid_dataset
-    ) as trainer:
-        watch_rollouts(trainer)  # single-controller mode: rollout.max_failed_steps reaches the controller
-        trainer.train(
-            workflow=WORKFLOW,
-            workflow_kwargs=prepared.workflow_kwargs,
-            eval_workflow=WORKFLOW if prepared.valid_dataset is not None else None,
-            eval_workflow_kwargs=prepared.eval_workflow_kwargs,
-        )
+    ArealRun(prepared).run()
 
 
 if __name__ == "__main__":

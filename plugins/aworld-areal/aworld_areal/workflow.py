@@ -90,6 +90,7 @@ class WorkflowOptions:
     reject_truncated: bool = False
     openai_agent: str | None = None
     groups_per_step: int | None = None
+    trajectories: str | None = None  # a JSONL file: every training group's episodes are appended (train adds it)
 
 
 class WorkflowState:
@@ -123,6 +124,7 @@ class WorkflowState:
         self.outcomes = StepRecorder(logger, max_failed_steps=self.policy.max_failed_steps,
                                      groups_per_step=options.groups_per_step)
         self._halted: dict[int, bool] = {}  # id(engine) -> whether stop_areal stopped it
+        self._trajectories: Any = None  # the JsonlEpisodeWriter of options.trajectories, opened on first use
         self._lock = threading.Lock()
         self._runners: WorkerCache[tuple[Any, EpisodeRunner]] = WorkerCache()  # id(engine) -> (engine, runner)
 
@@ -154,8 +156,12 @@ class WorkflowState:
         )
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Stop this state's gateways (from any thread)."""
+        """Stop this state's gateways (from any thread) and close its trajectory file."""
         self.gateways.close(timeout_s)
+        with self._lock:
+            if self._trajectories is not None:
+                self._trajectories.close()
+                self._trajectories = None
 
     # -- one prompt ---------------------------------------------------------------------------
 
@@ -168,6 +174,7 @@ class WorkflowState:
         context = RolloutContext(policy_version=int(version) if version is not None else None)
         group = await self.runner(engine).run_group(sample, self.group_size, context)
         self._record(group)
+        self._write_trajectories(group)
         if self.stopped is not None:  # this group completed the last failed step
             await self._halt(engine)
         return group_tensors(group, self.pad_id)
@@ -204,6 +211,21 @@ class WorkflowState:
         sums = count_metrics(len(group), reasons, names=REASONS)
         tracker.stat(denominator="aworld/groups", reduce_type=ReduceType.SUM,
                      **{k: torch.tensor([float(v)]) for k, v in sums.items()})
+
+    def _write_trajectories(self, group: EpisodeGroup) -> None:
+        """Append a training group's episodes (tokens, masks, logprobs, policy versions, rewards)
+        to ``options.trajectories``; validation groups are not written."""
+        from areal import workflow_context
+
+        if self.options.trajectories is None or workflow_context.get().is_eval:
+            return
+        from aworld_core.export import JsonlEpisodeWriter
+
+        with self._lock:
+            if self._trajectories is None:
+                self._trajectories = JsonlEpisodeWriter(self.options.trajectories, append=True)
+            for episode in group.episodes:
+                self._trajectories.write(episode)
 
     def _record_trained(self, tracker: Any, episode: Episode) -> None:
         view = episode.training
