@@ -36,6 +36,15 @@ if TYPE_CHECKING:
 
 INFO_KEY = "aworld"  # the key of our entry in ms-swift's per-trajectory ``rollout_infos``
 
+# why an episode whose history was rewritten or compacted fails on ms-swift (recorded, never trained)
+SEGMENTS_REFUSED = (
+    "the episode began a second training segment (its conversation was rewritten or compacted: the new request "
+    "does not extend the recorded one); ms-swift 4.6 samples and trains one continued token sequence per "
+    "trajectory, so the swift backend cannot train segmented episodes: the episode is recorded as failed and "
+    "trains nothing. Train agents that compact or rewrite their history on trl, verl (V1) or areal, or remove "
+    "agent.compaction on swift"
+)
+
 
 @dataclass
 class TurnRequest:
@@ -213,11 +222,9 @@ class Trajectory:
         if isinstance(event, TurnRequest):
             base = [*self.prompt_ids, *sampled]
             if event.prompt_ids[: len(base)] != base:
-                # the token client restarted from a rewritten history: ms-swift cannot follow
-                event.future.set_exception(LLMError(
-                    "the agent rewrote its conversation history (the new request does not extend the recorded "
-                    "one); ms-swift continues one token sequence per trajectory, so this episode cannot go on"
-                ))
+                # the token client began a new training segment (a rewritten or compacted history):
+                # ms-swift trains one token sequence per trajectory and cannot start another
+                event.future.set_exception(LLMError(SEGMENTS_REFUSED))
                 event = await self.bridge.events.get()
             else:
                 self.pending = event
