@@ -55,6 +55,7 @@ def _job(tmp_path: Path, model_dir: Path, **extra: Any) -> Any:
         "output_dir": str(tmp_path / "out"),
         "backends": {
             "verl": {
+                "aworld": {"device": "gpu"},  # verl's own plan (its vLLM replica), whatever this machine has
                 "actor_rollout_ref": {"rollout": {"n": 4}},
                 "data.max_prompt_length": 768,
                 "data.max_response_length": 256,
@@ -219,7 +220,8 @@ def test_launch_needs_a_model_and_data_but_a_dry_run_plans(tmp_path):
     from aworld_core.errors import UsageError
     from aworld_verl.launch import launch
 
-    job = load_job_config(data={"backend": "verl", "output_dir": str(tmp_path / "out")})
+    job = load_job_config(data={"backend": "verl", "output_dir": str(tmp_path / "out"),
+                                "backends": {"verl": {"aworld": {"device": "gpu"}}}})
     plan = _plan(job)
     assert any("model.path" in note for note in plan.notes) and any("train_dataset" in n for n in plan.notes)
     with pytest.raises(UsageError, match="set model.path .* and train_dataset"):
@@ -235,7 +237,8 @@ def test_agent_trainer_plans_the_verl_backend(tmp_path, tiny_model_dir):
 
     trainer = AgentTrainer(
         agent=Agent("solver", system_prompt="Answer."),
-        config={"backend": "verl", "model": {"path": str(tiny_model_dir)}, "output_dir": str(tmp_path / "out")},
+        config={"backend": "verl", "model": {"path": str(tiny_model_dir)}, "output_dir": str(tmp_path / "out"),
+                "backends": {"verl": {"aworld": {"device": "gpu"}}}},
         reward_func=exact_answer_reward,
         train_dataset=[{"question": "1 + 1?", "answer": "2"}],
     )
@@ -254,7 +257,7 @@ def test_the_example_job_plans_against_verls_config(tmp_path):
     from aworld_core.config import load_job_config
 
     example = Path(__file__).resolve().parents[2] / "examples" / "verl" / "gsm8k" / "job.yaml"
-    job = load_job_config(example, overrides=[f"output_dir={tmp_path / 'out'}"])
+    job = load_job_config(example, overrides=[f"output_dir={tmp_path / 'out'}", "backends.verl.aworld.device=gpu"])
     plan = _plan(job)
     config = compose_verl_config(plan.command[3:])
     validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))

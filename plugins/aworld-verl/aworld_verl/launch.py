@@ -37,6 +37,7 @@ SAMPLER_MODULE = "pkg://aworld_verl.sampler"
 SAMPLER_NAME = "aworld_replay_buffer"
 SAMPLER_PATH_KEY = "trainer.v1.sampler.custom_sampler.path"
 SAMPLER_KWARGS = "+trainer.v1.sampler.sampler_kwargs"
+AWORLD_KEY = "aworld"  # plan.config[...]: our options and the planned rollout server (external_launch)
 
 # verl 0.9.1's own defaults (trainer/config/ppo_trainer.yaml, rollout/rollout.yaml) for what a
 # plan checks but does not set itself
@@ -295,8 +296,17 @@ def _pythonpath(job: Any) -> dict[str, str]:
 def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
     import yaml
 
+    from aworld_verl.cpu_plan import split_options
+
+    section, options = split_options(job.backend_section(BACKEND), job)
     overrides = {**SEED_DEFAULTS, **job_overrides(job, output_dir)}
-    overrides = _merge(overrides, flatten_dotted(job.backend_section(BACKEND)))
+    env = {"HYDRA_FULL_ERROR": "1", "RAY_DEDUP_LOGS": "0", **_pythonpath(job)}
+    server = None
+    if options.external():  # a vLLM server of its own: a CPU machine, or a separate inference fleet
+        from aworld_verl.external_launch import external_plan
+
+        server = external_plan(job, output_dir, options, overrides, env)
+    overrides = _merge(overrides, flatten_dotted(section))
     overrides.update(sampler_overrides(overrides))
     check_v0_groups(overrides)
     command = [sys.executable, "-m", "verl.trainer.main_ppo"]
@@ -326,18 +336,18 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
                          f"the whole test set, and the last, partial one) whose size is not a multiple of "
                          f"{NUM_WORKERS_KEY} is padded and split across workers, and its groups are decided "
                          f"in parts (the workers warn)")
-    return LaunchPlan(
-        backend=BACKEND,
-        command=command,
-        cwd=str(out),
-        env={"HYDRA_FULL_ERROR": "1", "RAY_DEDUP_LOGS": "0", **_pythonpath(job)},
-        files={
-            AGENT_LOOP_FILE: yaml.safe_dump(agent_loop_entries(job, output_dir), sort_keys=False),
-            JOB_FILE: job_json,
-        },
-        config=overrides,
-        notes=notes,
-    )
+    files = {
+        AGENT_LOOP_FILE: yaml.safe_dump(agent_loop_entries(job, output_dir), sort_keys=False),
+        JOB_FILE: job_json,
+    }
+    config = dict(overrides)
+    if server is not None:
+        from aworld_verl.external_launch import describe_server, planned_server
+
+        notes += describe_server(server, options)
+        config[AWORLD_KEY] = planned_server(server, options)
+    return LaunchPlan(backend=BACKEND, command=command, cwd=str(out), env=env, files=files, config=config,
+                      notes=notes)
 
 
 def write_datasets(job: Any, output_dir: Path) -> dict[str, str]:
@@ -356,7 +366,8 @@ def write_datasets(job: Any, output_dir: Path) -> dict[str, str]:
 
 
 def launch(job: Any, plan: LaunchPlan) -> TrainResult:
-    """Write the parquet files, then run the plan (files, command) as the core does."""
+    """Write the parquet files, then run the plan (files, command) as the core does; with a
+    rollout server of its own (a CPU machine), ``aworld_verl.external_launch`` runs it."""
     from aworld_core.launch import execute_plan
 
     missing = missing_for_launch(job)
@@ -364,6 +375,10 @@ def launch(job: Any, plan: LaunchPlan) -> TrainResult:
         raise UsageError(f"the verl backend cannot launch this job: set {' and '.join(missing)} in the job config")
     output_dir = Path(plan.cwd) if plan.cwd else job.resolved_output_dir()
     output_dir.mkdir(parents=True, exist_ok=True)
+    if (plan.config.get(AWORLD_KEY) or {}).get("external"):
+        from aworld_verl.external_launch import launch_external
+
+        return launch_external(job, plan, output_dir, write_datasets(job, output_dir))
     datasets = write_datasets(job, output_dir)
     result = execute_plan(plan, output_dir)
     result.artifacts.update(datasets)

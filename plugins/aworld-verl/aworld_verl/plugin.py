@@ -17,10 +17,11 @@ def register_backends() -> list[BackendSpec]:
     return [
         BackendSpec(
             NAME,
-            "verl PPO/GRPO with AWorld agent loops (Ray, vLLM/SGLang rollouts)",
+            "verl PPO/GRPO with AWorld agent loops (Ray; vLLM/SGLang rollouts on GPUs, "
+            "a vLLM server of its own on a CPU: backends.verl.aworld.rollout_server)",
             framework="verl",
-            install_hint="pip install 'aworld-verl[verl]' (and vLLM on GPU machines: see the plugin README)",
-            requires_gpu=True,
+            install_hint="pip install 'aworld-verl[verl]' (and vLLM: see the plugin README)",
+            requires_gpu=False,
         )
     ]
 
