@@ -58,7 +58,10 @@ $(STAMPS)/verl: core/pyproject.toml plugins/aworld-verl/pyproject.toml plugins/a
 	$(VENVS)/verl/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
-$(STAMPS)/areal: core/pyproject.toml plugins/aworld-areal/pyproject.toml plugins/aworld-areal/test-env.txt
+# AReaL without its CUDA dependencies (test-env.txt), plus the CPU demo's environment, dataset and reward
+# for --backend areal (--no-deps: the demo's aworld-trl would pull TRL and a newer transformers)
+$(STAMPS)/areal: core/pyproject.toml plugins/aworld-areal/pyproject.toml plugins/aworld-areal/test-env.txt \
+                examples/cpu_grpo_demo/pyproject.toml
 	@mkdir -p $(STAMPS)
 	test -x $(VENVS)/areal/bin/python || $(PYTHON) -m venv $(VENVS)/areal
 	$(VENVS)/areal/bin/python -m pip install $(QUIET) -U pip
@@ -66,6 +69,7 @@ $(STAMPS)/areal: core/pyproject.toml plugins/aworld-areal/pyproject.toml plugins
 	$(VENVS)/areal/bin/python -m pip install $(QUIET) --no-deps areal==1.0.4
 	$(VENVS)/areal/bin/python -m pip install $(QUIET) -r plugins/aworld-areal/test-env.txt
 	$(VENVS)/areal/bin/python -m pip install $(QUIET) -e core -e plugins/aworld-areal
+	$(VENVS)/areal/bin/python -m pip install $(QUIET) --no-deps -e examples/cpu_grpo_demo
 	$(VENVS)/areal/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
