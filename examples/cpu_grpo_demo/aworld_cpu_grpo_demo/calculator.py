@@ -71,12 +71,16 @@ class ToolLatency:
             return self.ms / 1000
         return min(self._rng.lognormvariate(0.0, 1.0), 20.0) * self.ms / 1000
 
+    async def wait(self) -> None:
+        """Take one call's time (the server awaits this before answering)."""
+        await asyncio.sleep(self.draw_s())
+
     def describe(self) -> str:
         return "no latency" if not self else f"{self.ms:g} ms {self.kind}"
 
 
 def build_server(latency: ToolLatency | None = None) -> Any:
-    """The MCP server holding the ``calc`` tool (each call delayed by ``latency``)."""
+    """The MCP server holding the ``calc`` tool (each call first awaits ``latency.wait()``)."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -108,7 +112,7 @@ def build_server(latency: ToolLatency | None = None) -> Any:
         Args:
             expr: two whole numbers joined by one of * + -
         """
-        await asyncio.sleep(latency.draw_s())
+        await latency.wait()
         return evaluate(expr)
 
     return server
