@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -308,6 +309,60 @@ def test_hf_engine_samples_from_the_published_weights(tmp_path, tool_model_dir, 
     assert checked > 0 and stale > 0
     logged = [json.loads(line) for line in Path(result.artifacts["metrics"]).read_text().splitlines()]
     assert any("aworld/staleness_mean" in r for r in logged)
+
+
+@pytest.mark.slow
+def test_hf_engine_update_aborts_the_running_decode_and_the_next_call_samples_new_weights(tool_model_dir):
+    """An update waits one token, not a generation: the decode in flight hands back what it sampled
+    (``stop_reason="abort"``, the old version), and what follows samples the new weights."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from aworld_core.runtime.loop_thread import LoopThread
+    from aworld_core.tokens.engine import ABORT
+    from aworld_core.tokens.hf_engine import HFTokenEngine
+    from aworld_core.tokens.llm import load_tokenizer
+    from aworld_trl.async_grpo import WeightSync
+
+    tokenizer = load_tokenizer(tool_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(str(tool_model_dir))
+    engine = HFTokenEngine(model, tokenizer, max_new_tokens=200, batch_window_s=0)
+    engine.stop_token_ids = set()  # a long generation to interrupt
+    prompt = tokenizer.encode("<|im_start|>user\nWhat is 1234 * 5678?<|im_end|>\n<|im_start|>assistant\n")
+    sampling = SamplingParams(temperature=1.0, max_tokens=150)
+    newer = copy.deepcopy(model)
+    with torch.no_grad():
+        for param in newer.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    with LoopThread("abort-test") as loop:
+        weights = WeightSync(engine, loop)
+        weights.publish(model, 0)
+        weights.flush(timeout=60)
+        seen: list[int] = []
+
+        async def interrupted() -> TokenOutput:
+            parts = []
+            async for part in engine.stream(prompt, sampling, request_id="r"):
+                parts.append(part)
+                seen.extend(part.token_ids)
+            ids = [t for p in parts for t in p.token_ids]
+            return TokenOutput(ids, [x for p in parts for x in p.logprobs], parts[-1].stop_reason, 0)
+
+        future = asyncio.run_coroutine_threadsafe(interrupted(), loop.loop)
+        while len(seen) < 3:
+            time.sleep(0.005)
+        weights.publish(newer, 1)
+        out = future.result(timeout=120)
+        weights.flush(timeout=60)
+        assert out.stop_reason == ABORT and 3 <= len(out.token_ids) < 150
+        resumed = loop.run(engine.generate(prompt + out.token_ids, sampling, request_id="r"))
+    assert resumed.version == 1 and out.version == 0
+    # the resumed tokens' logprobs are the new weights', teacher-forced
+    ids = resumed.token_ids
+    assert _logprobs_of(newer, prompt + out.token_ids, ids) == pytest.approx(resumed.logprobs, abs=1e-4)
+    assert _logprobs_of(model, prompt, out.token_ids) == pytest.approx(out.logprobs, abs=1e-4)
 
 
 def test_async_settings_that_cannot_be_honoured_are_refused(tmp_path):

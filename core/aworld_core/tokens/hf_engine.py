@@ -42,6 +42,7 @@ from typing import Any
 from aworld_core.errors import UsageError
 from aworld_core.schemas import SamplingParams
 from aworld_core.tokens.engine import (
+    ABORT,
     FREQUENCY_PENALTY,
     LENGTH,
     LOGIT_BIAS,
@@ -100,6 +101,10 @@ class HFTokenEngine:
         self.pad_id = pad if pad is not None else (min(self.stop_token_ids) if self.stop_token_ids else 0)
         # held while the model runs; a trainer sharing the model holds it while it changes weights
         self.weights_lock = threading.Lock()
+        # set by whoever is about to change the weights (then waits for weights_lock): the running
+        # decode ends its unfinished rows after the current token with stop_reason "abort", keeping
+        # what they sampled (TokenLLM resumes them on the new weights, as it does vLLM's aborts)
+        self.abort_requested = False
         self._pending: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, list[_Request]]] = (
             weakref.WeakKeyDictionary()
         )
@@ -343,6 +348,11 @@ class HFTokenEngine:
                 elif len(tokens[i]) >= limits[i]:
                     done[i], reasons[i] = True, LENGTH
             if all(done):
+                break
+            if self.abort_requested:  # new weights are waiting: hand back what was sampled so far
+                for i in range(size):
+                    if not done[i]:
+                        done[i], reasons[i] = True, ABORT
                 break
             step_ids = torch.tensor(
                 [[tokens[i][-1] if tokens[i] else self.pad_id] for i in range(size)], dtype=torch.long, device=device

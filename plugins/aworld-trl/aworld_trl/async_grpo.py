@@ -15,8 +15,9 @@ never trained in place of the rows asked for).
 (``trainer.state.global_step``). After every step the trained weights are published to the
 rollout engine (:class:`WeightSync`): the trainer thread takes a snapshot (a copy of the
 parameters) and goes on; the loop thread loads it into the engine when the engine is between two
-decode batches (HF engine: a private copy of the model that only the rollouts use; vLLM: its
-``update_weights``, which aborts in-flight requests that ``TokenLLM`` resumes on the new weights).
+decode batches (HF engine: a private copy of the model that only the rollouts use, whose running
+decode stops at the next token for the update; vLLM: its ``update_weights``; both hand back the
+aborted generations' tokens, which ``TokenLLM`` resumes on the new weights).
 The batch of step ``t`` starts its episodes only once the engine holds version ``>= t - S``, and
 versions only grow, so every token trained at step ``t`` was sampled by weights at most ``S``
 updates old. An episode that spans an update continues on the new weights (a partial rollout):
@@ -189,7 +190,9 @@ class WeightSync:
     thread; the rollouts wait here for the version their staleness bound needs.
 
     HF engine: it samples from a private copy of the trained model (made on the first publish), into
-    which each snapshot is copied while the engine holds its weights lock (between decode batches).
+    which each snapshot is copied under the engine's weights lock; the running decode is asked to
+    stop (``abort_requested``: its rows end after the current token with ``stop_reason="abort"``,
+    which ``TokenLLM`` resumes on the new weights), so an update waits one token, not a generation.
     An engine with ``update_weights`` (vLLM): the snapshot as a state dict. Any other engine (a
     scripted one in tests): only its version is set."""
 
@@ -274,10 +277,16 @@ class WeightSync:
     def _copy_in(self, snapshot: list[Any], version: int) -> None:
         import torch
 
-        with self.engine.weights_lock, torch.no_grad():
+        engine = self.engine
+        aborts = hasattr(engine, "abort_requested")
+        if aborts:  # the running decode hands back its rows after the current token (TokenLLM resumes them)
+            engine.abort_requested = True
+        with engine.weights_lock, torch.no_grad():
             for target, source in zip(self.copy.parameters(), snapshot, strict=True):
                 target.copy_(source)
-            self.engine.set_version(version)
+            engine.set_version(version)
+            if aborts:
+                engine.abort_requested = False
 
     async def wait_version(self, version: int) -> None:
         cond = await self._condition()
