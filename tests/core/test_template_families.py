@@ -31,6 +31,7 @@ import pytest
 
 from aworld_core.errors import LLMError, UsageError
 from aworld_core.schemas import SamplingParams
+from aworld_core.testing import check_segments
 from aworld_core.testing.templates import (
     FAMILIES,
     TemplateFamily,
@@ -339,6 +340,9 @@ def check_episode(fam: TemplateFamily, tok, llm: TokenLLM, engine: ScriptedToken
     if not view.history_rewritten:
         for call in calls:
             assert full[: len(call.prompt_ids)] == call.prompt_ids, session
+    else:
+        seen.add("segments")
+    check_segments(view, calls)  # every segment against the engine: all sampled ids train, nothing else
 
     # env segments: exactly the template's render of each turn's new messages
     envs = [(b, runs[k + 1][0] if k + 1 < len(runs) else n) for k, (_, b) in enumerate(runs)]
@@ -427,6 +431,7 @@ async def test_family_episodes_are_exact(name):
     assert len(refused) < EPISODES // 3, refused[:5]  # only non-canonical episodes may be refused
     wanted = {"turns>1", "env_exact"} | ({"multi_call"} if fam.max_calls > 1 else set())
     wanted |= {"template_exact"} if fam.prefix_stable else set()
+    wanted |= {"segments"} if fam.preset.startswith("mistral") else set()  # restarts: every segment checked
     assert wanted <= seen, wanted - seen
 
 
