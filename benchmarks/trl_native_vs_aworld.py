@@ -130,7 +130,12 @@ class Calculator:
         self.args = ["--latency-ms", f"{latency_ms:g}", "--latency-dist", kind]
 
     def __enter__(self) -> Calculator:
+        import signal
+
         from aworld_core.offline import OFFLINE_ENV
+
+        # stopped with SIGTERM (a timeout, a kill), the run still stops its server
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
         self.proc = subprocess.Popen([sys.executable, "-m", "aworld_cpu_grpo_demo.calculator", *self.args],
                                      stdout=subprocess.PIPE, text=True, env={**os.environ, **OFFLINE_ENV})
@@ -145,7 +150,7 @@ class Calculator:
     def mcp_config(self) -> dict[str, Any]:
         from aworld_core.tools.mcp_config import get_agent_tool_env_and_servers
 
-        config, _ = get_agent_tool_env_and_servers(self.url, self.token, name="calculator")
+        config, _ = get_agent_tool_env_and_servers(self.url, self.token, name="calculator", release_workspace=False)
         return config
 
 

@@ -68,7 +68,7 @@ class Calculator:
     def mcp_config(self) -> dict[str, Any]:
         from aworld_core.tools.mcp_config import get_agent_tool_env_and_servers
 
-        config, _ = get_agent_tool_env_and_servers(self.url, self.token, name="calculator")
+        config, _ = get_agent_tool_env_and_servers(self.url, self.token, name="calculator", release_workspace=False)
         return config
 
 
