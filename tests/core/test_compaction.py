@@ -123,3 +123,17 @@ def test_compaction_settings_are_checked_in_job_files():
         AgentSection.model_validate({"compaction": {"strategy": "forget", "max_context_tokens": 512}})
     with pytest.raises(ValidationError):
         AgentSection.model_validate({"compaction": {"strategy": "summary", "max_context_tokens": 512, "keep": 1}})
+
+
+async def test_an_agent_on_its_own_endpoint_compacts_on_the_reported_usage(tok):
+    """Not the trained agent: its client does not count tokens exactly; the last call's usage plus
+    the new messages' characters decide, and no segment is marked (nothing of it trains)."""
+    script = [sampled(tok, call("a")) for _ in range(3)] + [sampled(tok, {"role": "assistant", "content": "ok"})]
+    own = TokenLLM(ScriptedTokenEngine(script), tok, chat_template=load_template("qwen2_5"))
+    conf = AgentConfig(max_steps=6, compaction={"strategy": "drop_tool_results", "max_context_tokens": 400,
+                                                "keep_last_results": 0})
+    reader = Agent("reader", system_prompt="Use lookup.", conf=conf, tools=[lookup], llm=own)
+    episode = await run_episode(reader, "Read a, b, c.")
+    assert episode.status is EpisodeStatus.SUCCESS and episode.training is None
+    assert len(episode.metadata["compactions"]) >= 2
+    assert any(m["content"] == DROPPED for m in episode.messages if m["role"] == "tool")

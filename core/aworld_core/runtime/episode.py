@@ -266,8 +266,8 @@ class _Run:
         compactor = Compactor(agent.conf.compaction, len(messages)) if agent.conf.compaction else None
         for step_no in range(1, self.steps_limit(agent) + 1):
             if compactor is not None and step_no > 1:
-                await self.compact(compactor, agent, client, session_id if trained else None, messages, tools,
-                                   sampling, from_agent, pre_agent, step_no)
+                await self.compact(compactor, agent, client, session_id, trained, messages, tools, sampling,
+                                   from_agent, pre_agent, step_no)
             started_at = time.time()
             started = time.perf_counter()
             sent = list(messages)
@@ -304,15 +304,19 @@ class _Run:
         return _Result(None, STOP_MAX_STEPS, agent.name)
 
     async def compact(
-        self, compactor: Compactor, agent: Agent, client: Any, session_id: str | None, messages: list[Message],
-        tools: Any, sampling: SamplingParams, from_agent: str, pre_agent: str | None, step_no: int,
+        self, compactor: Compactor, agent: Agent, client: Any, session_id: str, trained: bool,
+        messages: list[Message], tools: Any, sampling: SamplingParams, from_agent: str, pre_agent: str | None,
+        step_no: int,
     ) -> None:
         """Compact ``messages`` in place when the next call's context would pass the agent's budget
-        (``aworld_core.agents.compaction``); a summary is one more recorded (and trained) LLM call."""
+        (``aworld_core.agents.compaction``); a summary is one more recorded (and trained) LLM call.
+        ``trained``: ``client`` is the token client, which counts the context exactly and marks the
+        segment the compacted conversation begins."""
         config = compactor.config
         if compactor.count >= config.max_compactions:
             return
-        size = context_tokens(client, session_id, messages, tools, compactor.last_usage, compactor.counted)
+        size = context_tokens(client, session_id if trained else None, messages, tools, compactor.last_usage,
+                              compactor.counted)
         if size <= config.max_context_tokens:
             return
         if config.strategy == "summary":
@@ -327,8 +331,8 @@ class _Run:
                 exp_data=ExpData(state=ExpState(from_agent_name=from_agent, content=response.content),
                                  messages=sent, llm_call=response.to_record()),
             ))
-            exhausted = getattr(client, "exhausted", None)
-            if response.finish_reason == STOP_LENGTH and session_id is not None and exhausted is not None \
+            exhausted = getattr(client, "exhausted", None) if trained else None
+            if response.finish_reason == STOP_LENGTH and exhausted is not None \
                     and exhausted(session_id):  # the response budget is spent (a summary cut at its own
                 raise _EpisodeEnded(_Result(None, STOP_LENGTH, agent.name))  # max_tokens goes on)
             compacted = with_summary(messages[: compactor.first], response.content or "")
@@ -336,8 +340,8 @@ class _Run:
             compacted = compact_tool_results(messages, config)
             if compacted is None:
                 return  # nothing old enough to compact: the context grows
-        note = getattr(client, "note_compaction", None)
-        if session_id is not None and note is not None:
+        note = getattr(client, "note_compaction", None) if trained else None
+        if note is not None:
             note(session_id)  # the next call begins a training segment marked "compaction"
         messages[:] = compacted
         compactor.compacted(len(messages))
