@@ -116,13 +116,18 @@ def hydra_value(value: Any) -> str:
 
 def _merge(base: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
     """``user`` wins; a key we add with ``+`` (not in verl's schema) keeps its ``+`` when the user
-    writes it bare, and any spelling of one key replaces the others."""
+    writes it bare, a new key beside one of ours (under a ``+`` key's parent: e.g.
+    ``actor_rollout_ref.rollout.custom.external_vllm.record``) gets ``++`` (hydra's add-or-set:
+    verl's schema may or may not have it), and any spelling of one key replaces the others."""
     merged = dict(base)
+    added_parents = {k.lstrip("+").rpartition(".")[0] for k in base if k.startswith("+")}
     for key, value in user.items():
         bare = key.lstrip("+")
         spellings = [k for k in (bare, f"+{bare}", f"++{bare}") if k in merged]
         if not key.startswith("+") and any(k.startswith("+") for k in spellings):
             key = next(k for k in spellings if k.startswith("+"))
+        elif not key.startswith("+") and not spellings and bare.rpartition(".")[0] in added_parents:
+            key = f"++{bare}"
         for old in spellings:
             del merged[old]
         merged[key] = value
