@@ -47,7 +47,8 @@ def _backends() -> list[str]:
     return sorted(get_plugin_manager().catalog().items("backend"))
 
 
-def test_every_backends_plan_carries_the_opt_outs(tmp_path):
+def test_every_backends_plan_carries_the_opt_outs(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWORLD_VLLM_PYTHON", sys.executable)  # verl on a CPU plans a vLLM server of its own
     job = load_job_config(_job(tmp_path), [])
     planned = []
     for backend in _backends():
