@@ -74,6 +74,7 @@ class Level:
     sdk_cpu_s: float | None = None  # the same calls through the bare SDK, one reused session
     sdk_episode_cpu_s: float | None = None  # ... and through the bare SDK, a session per episode
     floor_cpu_s: float | None = None  # the episode's 3 requests as bare aiohttp POSTs, per episode
+    raw_floor_cpu_s: float | None = None  # ... and over a minimal asyncio HTTP/1.1 client (_raw_http)
 
     @property
     def throughput(self) -> float:
@@ -179,13 +180,15 @@ async def mcp_only(mcp_url: str, concurrency: int, episodes: int, *, how: str) -
             return (time.process_time() - cpu0) / episodes
 
 
-async def http_floor(llm_url: str, mcp_url: str, concurrency: int, episodes: int) -> float:
+async def http_floor(llm_url: str, mcp_url: str, concurrency: int, episodes: int, *, raw: bool = False) -> float:
     """CPU per episode of the episode's 3 requests as bare aiohttp POSTs, in the episode's order
     and at its concurrency: the LLM call to the stub, the ``tools/call`` to the MCP server (with
     the 2026 protocol's headers), the second LLM call. What merely sending, waiting for and
     reading those 3 answers costs this process on this machine (the MCP server's answer comes
-    in two TCP segments, headers then body: a wake-up of its own)."""
+    in two TCP segments, headers then body: a wake-up of its own). ``raw``: the same requests over
+    a minimal asyncio HTTP/1.1 client instead (``_raw_http``): the floor without aiohttp."""
     import aiohttp
+    from _raw_http import RawClient
 
     body = json.dumps({
         "model": "bench-model",
@@ -206,13 +209,18 @@ async def http_floor(llm_url: str, mcp_url: str, concurrency: int, episodes: int
     tool_headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
                     "MCP-Protocol-Version": version, "Mcp-Method": "tools/call", "Mcp-Name": "lookup"}  # fmt: skip
     queue = iter(range(episodes))
+    rawclient = RawClient() if raw else None
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
         async def post(url: str, data: bytes, sent: dict[str, str]) -> None:
-            async with session.post(url, data=data, headers=sent) as response:
-                answer = json.loads(await response.read())
-                if "result" not in answer and "choices" not in answer:
-                    raise RuntimeError(f"floor request to {url} failed: {answer}")
+            if rawclient is not None:
+                _, content = await rawclient.post(url, data, sent)
+                answer = json.loads(content)
+            else:
+                async with session.post(url, data=data, headers=sent) as response:
+                    answer = json.loads(await response.read())
+            if "result" not in answer and "choices" not in answer:
+                raise RuntimeError(f"floor request to {url} failed: {answer}")
 
         async def one_episode() -> None:
             await post(f"{llm_url}/chat/completions", body, headers)
@@ -227,7 +235,10 @@ async def http_floor(llm_url: str, mcp_url: str, concurrency: int, episodes: int
         gc.collect()
         cpu0 = time.process_time()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return (time.process_time() - cpu0) / episodes
+        spent = (time.process_time() - cpu0) / episodes
+    if rawclient is not None:
+        rawclient.close()
+    return spent
 
 
 async def run_framework(args: argparse.Namespace, llm: ServerProcess, mcp: ServerProcess) -> list[Level]:
@@ -253,6 +264,8 @@ async def run_framework(args: argparse.Namespace, llm: ServerProcess, mcp: Serve
                 level.mcp_server_cpu_s = (server1 - server0) / episodes
             n = min(episodes, 256)
             level.floor_cpu_s = min([await http_floor(llm_url, mcp_url, concurrency, n) for _ in range(2)])
+            level.raw_floor_cpu_s = min([await http_floor(llm_url, mcp_url, concurrency, n, raw=True)
+                                         for _ in range(2)])
             if args.breakdown:
                 # alternated and repeated, the minimum of each kept: CPU time on a shared machine
                 # only ever reads high (contention), so the least noisy estimate is the lowest
@@ -496,6 +509,11 @@ def print_level(level: Level, args: argparse.Namespace, who: str) -> None:
             f"  HTTP floor    {ms(level.floor_cpu_s)} ms/episode: the episode's {LLM_TURNS + 1} requests as bare aiohttp POSTs "
             f"(same concurrency and latency); the framework spends {ms(cpu_ep - level.floor_cpu_s)} ms/episode "
             f"({ms((cpu_ep - level.floor_cpu_s) / LLM_TURNS)} ms/LLM turn) beyond it"
+        )
+    if level.raw_floor_cpu_s is not None:
+        print(
+            f"  raw floor     {ms(level.raw_floor_cpu_s)} ms/episode ({ms(level.raw_floor_cpu_s / LLM_TURNS)} ms/LLM turn): "
+            f"the same requests over a minimal asyncio HTTP/1.1 client (benchmarks/_raw_http.py), no aiohttp"
         )
     if level.mcp_cpu_s is not None and level.sdk_cpu_s is not None:
         rest = cpu_ep - level.mcp_cpu_s
