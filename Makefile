@@ -48,13 +48,16 @@ $(STAMPS)/core: core/pyproject.toml $(wildcard plugins/*/pyproject.toml) example
 	$(BIN)/python -m pip install $(SHOW) $(CORE_PKGS) -r requirements/test.txt
 	touch $@
 
-$(STAMPS)/verl: core/pyproject.toml plugins/aworld-verl/pyproject.toml plugins/aworld-verl/test-env.txt
+$(STAMPS)/verl: core/pyproject.toml plugins/aworld-verl/pyproject.toml plugins/aworld-verl/test-env.txt \
+              examples/cpu_grpo_demo/pyproject.toml
 	@mkdir -p $(STAMPS)
 	test -x $(VENVS)/verl/bin/python || $(PYTHON) -m venv $(VENVS)/verl
 	$(VENVS)/verl/bin/python -m pip install $(QUIET) -U pip
 	$(VENVS)/verl/bin/python -m pip install $(QUIET) $(TORCH)
 	$(VENVS)/verl/bin/python -m pip install $(QUIET) 'verl[verl-core]==0.9.1'
 	$(VENVS)/verl/bin/python -m pip install $(QUIET) -e core -e plugins/aworld-verl -r plugins/aworld-verl/test-env.txt
+	# the CPU demo the end-to-end test trains through verl; --no-deps: its aworld-trl dependency pins TRL's stack
+	$(VENVS)/verl/bin/python -m pip install $(QUIET) --no-deps -e examples/cpu_grpo_demo
 	$(VENVS)/verl/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
