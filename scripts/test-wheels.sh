@@ -9,24 +9,31 @@
 # 2. makes a fresh virtual environment (pip upgraded, then the local CPU torch first) and installs
 #    aworld-core, aworld-trl, aworld-gaia-env, the demo and the other plugins BY NAME with
 #    --find-links build/wheelhouse (their own dependencies come from the index / pip's cache);
-# 3. from a directory outside the sources: aworld --list, a --dry-run per backend, a real launch
-#    of a backend whose framework is absent (exit 2 with its install hint) and a tiny --eval
-#    against a stub LLM on 127.0.0.1.
+# 3. from a directory outside the sources, in a network namespace with only loopback
+#    (scripts/offline-run.sh; steps 1-2 need the index, this one nothing beyond 127.0.0.1):
+#    aworld --list, a --dry-run per backend, a real launch of a backend whose framework is
+#    absent (exit 2 with its install hint) and a tiny --eval against a stub LLM on 127.0.0.1.
 # The framework plugins (verl, AReaL, ms-swift) are installed without their frameworks here: their
 # --dry-run plans the job without them; make test-verl/-areal/-swift test them with the framework.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
+CHECKS_ONLY=0
+if [ "${1:-}" = --checks ]; then  # step 3 (run by this script itself, through offline-run.sh)
+    CHECKS_ONLY=1
+    shift
+fi
 BUILD_PY="${1:-.venv/bin/python}"
 PY="${PYTHON:-python3}"
 TORCH="${TORCH:-torch==2.13.0}"
 HOUSE="$ROOT/build/wheelhouse"
 ENV="$ROOT/build/wheel-venv"
 WORK="$ROOT/build/wheel-check"
-started=$(date +%s)
+started="${AWORLD_WHEELS_STARTED:-$(date +%s)}"
 step() { echo "== test-wheels [$(( $(date +%s) - started ))s] $*"; }
 
+build_and_install() {
 DISTS=(core plugins/aworld-* examples/*/)
 rm -rf "$HOUSE" "$WORK"
 mkdir -p "$HOUSE" "$WORK"
@@ -56,7 +63,9 @@ NAMES=(aworld-core aworld-trl aworld-gaia-env aworld-cpu-grpo-demo aworld-verl a
 step "pip install --find-links build/wheelhouse ${NAMES[*]}"
 "$ENV/bin/python" -m pip install -q --no-compile --find-links "$HOUSE" "${NAMES[@]}"
 "$ENV/bin/python" -c "import torch; assert torch.__version__.startswith('${TORCH#torch==}'), torch.__version__"
+}
 
+checks() {
 cd "$WORK"  # nothing of the sources is importable from here
 step "every aworld module comes from the installed wheels"
 "$ENV/bin/python" - "$ENV" <<'EOF'
@@ -135,3 +144,12 @@ EOF
 grep -q "^evaluated 3 tasks" eval.txt || { echo "--eval did not evaluate 3 tasks"; exit 1; }
 [ "$(wc -l <"$WORK/out-eval/eval.jsonl")" -eq 3 ] || { echo "eval.jsonl does not hold 3 episodes"; exit 1; }
 step "passed"
+}
+
+if [ "$CHECKS_ONLY" = 1 ]; then
+    checks
+else
+    build_and_install
+    step "the checks, with no route beyond loopback"
+    "$ROOT/scripts/offline-run.sh" -- env AWORLD_WHEELS_STARTED="$started" "$0" --checks "$BUILD_PY"
+fi
