@@ -38,3 +38,14 @@ def scripted(episode: Any, sample: Any) -> float:
     if value is None:
         raise ValueError(f"scripted failure of member {episode.metadata['group_index']}")
     return float(value)
+
+
+def called_calculator(episode: Any, sample: Any) -> float:
+    """Trajectory-aware, for the trainer's end-to-end test on the demo's task: 1.0 when the episode
+    called the calculator (whatever it asked), else 0.0. Member 0 of every fourth prompt (by the
+    prompt's id) fails instead: the partial-group case, through AReaL's real trainer."""
+    import zlib
+
+    if episode.metadata.get("group_index") == 0 and zlib.crc32(str(sample.id).encode()) % 4 == 0:
+        raise ValueError(f"scripted reward failure of member 0 of {sample.id}")
+    return 1.0 if any(step.exp_data.actions for step in episode.steps) else 0.0

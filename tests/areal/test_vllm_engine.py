@@ -237,3 +237,68 @@ def test_list_says_areal_trains_without_a_gpu():
 
     spec = get_plugin_manager().catalog().backend("areal")
     assert spec.requires_gpu is False and "vllm_server" in spec.description
+
+
+def test_canary_areals_saver_imports_the_archon_engine_to_decide_how_to_save(tmp_path):
+    """``Saver._should_use_async`` imports ``ArchonEngine`` (which imports triton) on every save;
+    ``aworld_areal.without_triton`` replaces exactly that decision where triton is missing."""
+    from areal.utils import saver
+    from areal.utils.async_checkpoint import AsyncMode
+
+    from aworld_areal import without_triton
+
+    original = saver.Saver._should_use_async
+    source = inspect.getsource(original)
+    assert "from areal.experimental.engine.archon_engine import ArchonEngine" in source
+    assert "if self._should_use_async(engine):" in inspect.getsource(saver.Saver.save)
+    try:
+        assert without_triton.install() == without_triton.triton_missing()
+        if not without_triton.triton_missing():
+            pytest.skip("triton is installed: AReaL's own decision runs")
+        with pytest.raises(ModuleNotFoundError, match="triton"):  # why the replacement exists
+            original(saver.Saver.__new__(saver.Saver), object())
+        for mode in AsyncMode:
+            fake = saver.Saver.__new__(saver.Saver)
+            fake._async_mode = mode
+            assert saver.Saver._should_use_async(fake, object()) is False  # an FSDP engine: synchronous
+    finally:
+        saver.Saver._should_use_async = original
+
+
+def test_canary_areals_fsdp_engine_packs_sequences_with_cu_seqlens_and_no_mask(tmp_path):
+    """AReaL packs a micro-batch into one row (``cu_seq_lens_q`` + per-sequence positions) and passes
+    no attention mask, which HF's ``sdpa`` reads as one causal sequence: the sequences attend to each
+    other. ``aworld_areal.packed_attention`` (HF's public ``AttentionInterface``) runs them apart."""
+    from areal.engine.fsdp_engine import FSDPEngine
+    from transformers import AttentionInterface, AutoModelForCausalLM
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from aworld_areal import packed_attention
+
+    source = inspect.getsource(FSDPEngine._prepare_mb_list)
+    assert 'mb["cu_seq_lens_q"] = mb["cu_seq_lens_k"] = mb["cu_seqlens"]' in source
+    assert "dict(full_attention=None, sliding_attention=None)" in source
+    model_dir = _tiny_checkpoint(tmp_path / "m", tied=True)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="sdpa").eval()
+    first, second = torch.tensor([[5, 6, 7, 8, 9, 10]]), torch.tensor([[11, 12, 13, 14]])
+    cu = torch.tensor([0, 6, 10], dtype=torch.int32)
+    packed_inputs = {"input_ids": torch.cat([first, second, torch.tensor([[0, 0]])], 1),
+                     "position_ids": torch.tensor([[0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 0, 1]]),
+                     "attention_mask": dict(full_attention=None, sliding_attention=None),
+                     "cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": 6, "max_length_k": 6, "use_cache": False}
+    registered = AttentionInterface._global_mapping["sdpa"]
+    try:
+        AttentionInterface.register("sdpa", sdpa_attention_forward)  # HF's own
+        with torch.no_grad():
+            alone = model(input_ids=second).logits[0]
+            crossed = model(**packed_inputs).logits[0, 6:10]
+        assert (alone - crossed).abs().max() > 1e-2  # the second sequence saw the first
+        packed_attention._installed = False
+        packed_attention.install()
+        with torch.no_grad():
+            packed = model(**packed_inputs).logits[0]
+        assert torch.allclose(packed[:6], model(input_ids=first).logits[0], atol=1e-5)
+        assert torch.allclose(packed[6:10], alone, atol=1e-5)
+    finally:
+        AttentionInterface.register("sdpa", registered)
+        packed_attention._installed = registered is packed_attention.packed_sdpa

@@ -53,10 +53,14 @@ class ArealRun:
     def run(self) -> dict[str, Any]:
         from areal.utils.environ import is_single_controller
 
+        from aworld_areal import packed_attention, without_triton
         from aworld_areal.vllm_engine import install, load_server_spec
 
         spmd = not is_single_controller()
         spec = load_server_spec()
+        without_triton.install()  # AReaL's Saver imports triton on every save (CPU builds of torch lack it)
+        if self.prepared.config.actor.attn_impl == "sdpa":
+            packed_attention.install()  # AReaL packs sequences; HF's sdpa would let them attend to each other
         with contextlib.ExitStack() as stack:
             _exit_on_sigterm()
             server = None
@@ -169,7 +173,7 @@ class ArealRun:
         from aworld_areal.engine import ArealTokenEngine
         from aworld_core.evaluate import evaluate
         from aworld_core.runtime.loop_thread import LoopThread
-        from aworld_core.tools.mcp_shared import closing_shared_sessions
+        from aworld_core.tools.mcp_shared import close_shared_sessions
         from aworld_core.worker import build_agent, build_token_llm, shared_tokenizer
 
         job = self.job
@@ -190,12 +194,15 @@ class ArealRun:
               f"on the vLLM server through AReaL's eval engine)...", flush=True)
         loop = LoopThread(f"aworld-areal-eval-{when}")
         try:
-            report = loop.run(closing_shared_sessions(evaluate(
+            report = loop.run(evaluate(
                 agent, samples, job.reward, llm=llm, concurrency=concurrency, output=path, progress=False,
                 timeout=options.get("episode_timeout_s") or job.rollout.timeout_for(agent),
                 max_steps=options.get("max_steps"), base_dir=job.base_dir,
-            ), agent))
+            ))
         finally:
+            # this loop's shared MCP sessions only: the agent is the process's (the kit caches it),
+            # training episodes use it on AReaL's loop
+            loop.run(close_shared_sessions())
             loop.close()
         tools = _tool_use_rate(report.episodes)
         self.artifacts[f"eval_{when}"] = str(path)
