@@ -102,8 +102,11 @@ $(STAMPS)/vllm: core/pyproject.toml plugins/aworld-trl/pyproject.toml examples/c
 	touch $@
 
 # ms-swift beside vLLM's CPU build (both want transformers 5.19): GRPO with ms-swift's own colocated
-# vLLM engine (tests/swift_vllm); the same order as .stamps/swift, then vLLM and its vision wheels out
-$(STAMPS)/swift-vllm: core/pyproject.toml plugins/aworld-swift/pyproject.toml plugins/aworld-swift/test-env.txt
+# vLLM engine and its swift rollout server (tests/swift_vllm); the same order as .stamps/swift, then vLLM
+# and its vision wheels out; the CPU demo (--no-deps: its aworld-trl would pull TRL 1.x) for the
+# ms-swift server-mode benchmark row on the demo job
+$(STAMPS)/swift-vllm: core/pyproject.toml plugins/aworld-swift/pyproject.toml plugins/aworld-swift/test-env.txt \
+                     examples/cpu_grpo_demo/pyproject.toml
 	@mkdir -p $(STAMPS)
 	test -x $(VENVS)/swift-vllm/bin/python || $(PYTHON) -m venv $(VENVS)/swift-vllm
 	$(VENVS)/swift-vllm/bin/python -m pip install $(QUIET) -U pip
@@ -112,6 +115,7 @@ $(STAMPS)/swift-vllm: core/pyproject.toml plugins/aworld-swift/pyproject.toml pl
 	$(VENVS)/swift-vllm/bin/python -m pip install $(QUIET) $(VLLM)
 	$(VENVS)/swift-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VENVS)/swift-vllm/bin/python -m pip install $(QUIET) -e core -e plugins/aworld-swift
+	$(VENVS)/swift-vllm/bin/python -m pip install $(QUIET) --no-deps -e examples/cpu_grpo_demo
 	$(VENVS)/swift-vllm/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
