@@ -260,10 +260,12 @@ def _logprobs_of(model: Any, prompt: list[int], ids: list[int]) -> list[float]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("lora", [False, True])
 def test_hf_engine_samples_from_the_published_weights(tmp_path, tool_model_dir, calculator, write_samples,
-                                                      monkeypatch):
+                                                      monkeypatch, lora):
     """Through ``train``: every trained token's logprob is the teacher-forced logprob of the weights
-    of its version (the rollout engine's copy), stale and fresh tokens alike."""
+    of its version (the rollout engine's copy), stale and fresh tokens alike; with LoRA only the
+    adapters are copied each step (the frozen base is in the copy from the start)."""
     import copy
 
     import aworld_trl.async_grpo as ag
@@ -286,6 +288,8 @@ def test_hf_engine_samples_from_the_published_weights(tmp_path, tool_model_dir, 
     monkeypatch.setattr(ag.WeightSync, "publish", keep)
     config = _job(tmp_path, tool_model_dir, calculator, write_samples, 3, {"max_staleness": 1})
     config["backends"]["trl"]["aworld"]["engine_batch_window_s"] = 0.02
+    if lora:
+        config["backends"]["trl"]["aworld"]["lora"] = {"r": 4, "alpha": 8, "dropout": 0.0}
     result = train(config, str(tmp_path / "run"))
     assert result.metrics["async/prefetch_misses"] == 0
     assert set(result.metrics["async/staleness_tokens"]) <= {"0", "1"}

@@ -225,7 +225,8 @@ class WeightSync:
         if mode == "copy":
             if self.copy is None:
                 self._make_copy(model)
-            snapshot = [p.detach().clone() for p in model.parameters()]
+            # only what training changes (LoRA: the adapters); frozen weights are in the copy already
+            snapshot = [(i, p.detach().clone()) for i, p in enumerate(model.parameters()) if p.requires_grad]
         elif mode == "update_weights":
             snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
         self.update_s += time.perf_counter() - started
@@ -274,7 +275,7 @@ class WeightSync:
             self.updates += 1
             cond.notify_all()
 
-    def _copy_in(self, snapshot: list[Any], version: int) -> None:
+    def _copy_in(self, snapshot: list[tuple[int, Any]], version: int) -> None:
         import torch
 
         engine = self.engine
@@ -282,8 +283,9 @@ class WeightSync:
         if aborts:  # the running decode hands back its rows after the current token (TokenLLM resumes them)
             engine.abort_requested = True
         with engine.weights_lock, torch.no_grad():
-            for target, source in zip(self.copy.parameters(), snapshot, strict=True):
-                target.copy_(source)
+            targets = list(self.copy.parameters())
+            for index, source in snapshot:
+                targets[index].copy_(source)
             engine.set_version(version)
             if aborts:
                 engine.abort_requested = False
@@ -557,14 +559,17 @@ def async_trainer_class() -> type:
             def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
                 self._aworld_loss_inputs = inputs
                 try:
-                    return super()._compute_loss(model, inputs)
-                finally:
-                    if self._aworld_loss_inputs is not None:  # the hook below never ran: TRL changed
-                        self._aworld_loss_inputs = None
-                        raise AworldError(
-                            "async_rollout: TRL's _compute_loss no longer computes the per-token log-probabilities "
-                            "through _get_per_token_logps_and_entropies(compute_entropy=True) before it reads the "
-                            "advantages; this TRL version is not supported with async_rollout")
+                    loss = super()._compute_loss(model, inputs)
+                except BaseException:
+                    self._aworld_loss_inputs = None
+                    raise
+                if self._aworld_loss_inputs is not None:  # the hook below never ran: TRL changed
+                    self._aworld_loss_inputs = None
+                    raise AworldError(
+                        "async_rollout: TRL's _compute_loss no longer computes the per-token log-probabilities "
+                        "through _get_per_token_logps_and_entropies(compute_entropy=True) before it reads the "
+                        "advantages; this TRL version is not supported with async_rollout")
+                return loss
 
             def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
                 result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
