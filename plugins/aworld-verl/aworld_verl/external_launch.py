@@ -24,6 +24,7 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -136,6 +137,7 @@ def launch_external(job: Any, plan: LaunchPlan, output_dir: Path, datasets: dict
     test = _test_samples(job)
     server = VllmServer(spec, log_path=output_dir / SERVER_LOG)
     before = after = None
+    previous = _terminate_on_sigterm()
     try:
         server.spawn()  # vLLM loads while the evaluation before training runs
         if test and options.eval_before:
@@ -144,14 +146,16 @@ def launch_external(job: Any, plan: LaunchPlan, output_dir: Path, datasets: dict
         if server.managed:
             metrics["vllm_start_seconds"] = round(server.startup_s, 1)
         trained = time.perf_counter()
-        proc = subprocess.run(plan.command, cwd=plan_cwd(plan, output_dir), env={**os.environ, **plan.env},
-                              check=False)
+        returncode = run_command(plan.command, cwd=plan_cwd(plan, output_dir), env={**os.environ, **plan.env})
         metrics["main_ppo_seconds"] = round(time.perf_counter() - trained, 1)
-        if proc.returncode != 0:
-            raise AworldError(f"backend 'verl' command failed with exit code {proc.returncode}: "
+        if returncode != 0:
+            raise AworldError(f"backend 'verl' command failed with exit code {returncode}: "
                               f"{shlex.join(plan.command[:3])} ... (the rollout server's log: {server.log_path})")
     finally:
-        server.stop()
+        try:
+            server.stop()
+        finally:
+            _restore_sigterm(previous)
         rows = merge_metrics(output_dir)
     checkpoint = export_checkpoint(job, output_dir)
     if checkpoint is not None:
@@ -161,6 +165,51 @@ def launch_external(job: Any, plan: LaunchPlan, output_dir: Path, datasets: dict
     artifacts["metrics"] = str(output_dir / METRICS)
     _report(job, options, output_dir, rows, before, after, metrics, artifacts, started)
     return TrainResult(backend="verl", output_dir=str(output_dir), metrics=metrics, artifacts=artifacts)
+
+
+def run_command(command: list[str], *, cwd: Path, env: dict[str, str], grace_s: float = 30.0) -> int:
+    """Run ``main_ppo`` in its own process group; if this process is stopped (Ctrl-C, or SIGTERM
+    while ``launch_external`` runs) the group (the driver and the Ray processes it started) gets
+    SIGTERM, then SIGKILL after ``grace_s``, and the interruption goes on up (so the rollout
+    server is stopped too)."""
+    proc = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True)
+    try:
+        return proc.wait()
+    except BaseException:
+        _stop_group(proc, grace_s)
+        raise
+
+
+def _stop_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _terminate_on_sigterm() -> Any:
+    """SIGTERM becomes ``SystemExit`` here (Python's default ends the process without ``finally``,
+    which would leave the rollout server and Ray running); only in the main thread."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _restore_sigterm(previous: Any) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _test_samples(job: Any) -> list[Any]:
