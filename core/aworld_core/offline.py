@@ -38,6 +38,7 @@ TELEMETRY_OFF: dict[str, str] = {
     "HF_HUB_DISABLE_TELEMETRY": "1",  # huggingface_hub / transformers / datasets telemetry
     "HF_HUB_DISABLE_UPDATE_CHECK": "1",
     "GRADIO_ANALYTICS_ENABLED": "False",  # ms-swift's web UI pulls gradio in
+    "OPENAI_AGENTS_DISABLE_TRACING": "1",  # the OpenAI Agents SDK posts traces to the hosted API by default
 }
 
 #: variable -> value that keeps the HuggingFace libraries off the network (local paths only)
