@@ -20,9 +20,12 @@ sampled tokens per second (``completions/mean_length`` x episodes / rollout seco
 tokens per second (``num_tokens`` growth / step time), and the trainer process's peak memory
 (``cuda_peak_allocated_gib`` from ``torch.cuda.max_memory_allocated()``; ``peak_rss_gib``).
 
-On a machine without this project's environment: build a wheelhouse here (``--wheelhouse DIR``
-writes the project's wheels and TRL's, what ``pip install --no-index --find-links DIR
-aworld-trl aworld-cpu-grpo-demo`` needs beside torch, transformers and peft) and carry it over.
+On a machine without this project's environment: ``--wheelhouse DIR`` writes the project's three
+wheels and TRL's, mcp's, aiohttp's, uvicorn's, datasets', pydantic's, httpx2's and pyyaml's, without
+their own dependencies (5.5 MiB for Python 3.11 here); ``pip install --no-index --find-links DIR
+aworld-trl aworld-cpu-grpo-demo`` there names whatever else the host lacks. With every dependency
+except what a torch + transformers + peft host has, the set is ~105 MiB, half of it pyarrow
+(datasets', which TRL needs): over a 64 MiB carry limit unless the host has datasets.
 """
 
 from __future__ import annotations
