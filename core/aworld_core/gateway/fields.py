@@ -232,11 +232,32 @@ def function_tools(tools: Any, *, flat: bool = False, param: str = "tools") -> l
             raise GatewayRequestError(f"'{param}[{i}]' has unrecognized function fields {extra}", param)
         if fn.get("defer_loading"):
             raise GatewayRequestError(f"'{param}[{i}]' defer_loading is not supported; leave it out", param)
+        _check_parameters(fn, f"{param}[{i}]", param)
         function = {
             k: fn[k] for k in ("name", "description", "parameters", "strict") if fn.get(k) is not None
         }
         out.append({"type": "function", "function": function})
     return out or None
+
+
+def _check_parameters(fn: dict[str, Any], where: str, param: str) -> None:
+    """A tool's ``parameters`` must be a JSON Schema object (a strict tool's a valid schema): the
+    parser and the strict-arguments check read it after the turn is sampled, where a broken one
+    would fail the request with a 500 and a sampled turn thrown away."""
+    schema = fn.get("parameters")
+    if schema is None:
+        return
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties", {}), dict):
+        raise GatewayRequestError(
+            f"'{where}' parameters must be a JSON Schema object (properties an object), got {schema!r}", param
+        )
+    if fn.get("strict"):
+        import jsonschema
+
+        try:
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise GatewayRequestError(f"'{where}' parameters is not a valid JSON Schema: {exc.message}", param) from None
 
 
 def tool_choice(value: Any, *, flat: bool = False) -> tuple[str | None, str | None]:
