@@ -80,7 +80,8 @@ if [ "$STAGE" = outer ]; then
         MADE_NAMESPACE=0  # so the host's servers on 127.0.0.1 are (or are forwarded) here already
     elif [ "$(id -u)" = 0 ] && unshare --net true 2>/dev/null; then
         exec unshare --net -- env AWORLD_OFFLINE_STAGE=lo "$SELF" "${ARGS[@]}"
-    elif unshare --user --map-root-user --net true 2>/dev/null; then
+    elif unshare --user --map-root-user --net true 2>/dev/null \
+            && unshare --help 2>/dev/null | grep -q -- '--map-user'; then  # --map-user: util-linux >= 2.38
         exec unshare --user --map-root-user --net -- env AWORLD_OFFLINE_STAGE=userns \
             AWORLD_OFFLINE_UID="$(id -u)" AWORLD_OFFLINE_GID="$(id -g)" "$SELF" "${ARGS[@]}"
     elif [ "${AWORLD_TEST_NETWORK:-}" = host ] || [ "$BEST_EFFORT" = 1 ]; then
@@ -94,7 +95,8 @@ if [ "$STAGE" = outer ]; then
         exec "$@"
     else
         say "cannot make a network namespace with only loopback for '$*':"
-        say "not root, and 'unshare --user --map-root-user --net' failed (user namespaces disabled?)."
+        say "not root, and 'unshare --user --map-root-user --net' failed (user namespaces disabled?)"
+        say "or this unshare has no --map-user (util-linux < 2.38)."
         say "Run as root (as CI does), enable unprivileged user namespaces, or set"
         say "AWORLD_TEST_NETWORK=host to run on the host's network anyway (not offline; a loud warning)."
         exit 2
