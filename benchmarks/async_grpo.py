@@ -118,11 +118,11 @@ def report(runs: dict[str, Any], opts: argparse.Namespace, label: str) -> None:
           f"max {opts.length} tokens, {opts.threads} torch thread(s); tool latency {label}; held-out: {opts.eval_n} "
           f"problems, greedy, every {opts.eval_every} steps; {os.cpu_count()} CPUs")
     print(f"{'side':10s} {'acc@0':>5s} {'final':>5s} {'best':>5s} {'to 0.8':>18s} {'steps':>5s} {'train s':>7s} "
-          f"{'s/step':>6s} {'waited/step':>11s} {'ep/s':>5s} {'reward':>10s} {'load avg':>9s}")
+          f"{'s/step':>6s} {'cpu/step':>8s} {'waited/step':>11s} {'ep/s':>5s} {'reward':>10s} {'load avg':>9s}")
     for side, run in runs.items():
         wait = "n/a" if run.wait is None else f"{run.wait:.2f} s"
         print(f"{side:10s} {run.acc0:5.2f} {run.final:5.2f} {run.best:5.2f} {run.to_target():>18s} {run.steps:5d} "
-              f"{run.train_s:7.0f} {run.s_per_step:6.2f} {wait:>11s} {run.eps:5.1f} "
+              f"{run.train_s:7.0f} {run.s_per_step:6.2f} {run.cpu_per_step:8.2f} {wait:>11s} {run.eps:5.1f} "
               f"{base._span(run.cb.logs, 'reward'):>10s} {run.load[0]:4.1f}-{run.load[1]:.1f}")
     print("\nheld-out accuracy at equal samples (step: " + ", ".join(runs) + "):")
     steps = sorted({p[0] for run in runs.values() for p in run.cb.points})

@@ -206,6 +206,7 @@ def eval_callback(every: int, name: str, max_s: float | None) -> Any:
             self.capped = False
             self.steps = 0
             self.train_s = 0.0
+            self.cpu_s = 0.0  # this process's CPU over training (all threads): the work, less the machine's load
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                    **kwargs: Any) -> None:
@@ -222,11 +223,13 @@ def eval_callback(every: int, name: str, max_s: float | None) -> Any:
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
             self._snapshot(model, 0, 0.0)
             self.started = time.perf_counter()
+            self.cpu_started = time.process_time()
 
         def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
             step = state.global_step
             train_s = time.perf_counter() - self.started - self.copy_s
             self.steps, self.train_s = step, train_s
+            self.cpu_s = time.process_time() - self.cpu_started
             if max_s is not None and train_s > max_s and step != state.max_steps:
                 self.capped = True
                 control.should_training_stop = True
@@ -389,6 +392,7 @@ class Run:
         self.steps = callback.steps or pts[-1][0]
         self.train_s = callback.train_s or pts[-1][1]
         self.s_per_step = self.train_s / max(1, self.steps)
+        self.cpu_per_step = callback.cpu_s / max(1, self.steps)
         self.eps = self.steps * episodes_per_step / self.train_s if self.train_s else 0.0
         self.capped = callback.capped
         self.projected: float | None = None
@@ -425,14 +429,18 @@ def table(results: dict[str, dict[str, Run]], opts: argparse.Namespace) -> None:
           f"max {opts.length} tokens, {opts.threads} torch thread(s); held-out: {opts.eval_n} problems, greedy, "
           f"every {opts.eval_every} steps; training capped at {opts.max_side_s:g} s per run; {os.cpu_count()} CPUs")
     print(f"{'tool latency':14s} {'side':12s} {'acc@0':>5s} {'final':>5s} {'best':>5s} {'to 0.8':>18s} {'steps':>5s} "
-          f"{'train s':>7s} {'s/step':>6s} {'ep/s':>6s} {'reward':>10s} {'tool calls':>10s} {'load avg':>9s}")
+          f"{'train s':>7s} {'s/step':>6s} {'cpu/step':>8s} {'ep/s':>6s} {'reward':>10s} {'tool calls':>10s} "
+          f"{'load avg':>9s}")
     for label, runs in results.items():
         for side, run in runs.items():
             print(f"{label:14s} {side:12s} {run.acc0:5.2f} {run.final:5.2f} {run.best:5.2f} {run.to_target():>18s} "
-                  f"{run.steps:5d}{'*' if run.capped else ' '}{run.train_s:7.0f} {run.s_per_step:6.2f} {run.eps:6.1f} "
+                  f"{run.steps:5d}{'*' if run.capped else ' '}{run.train_s:7.0f} {run.s_per_step:6.2f} "
+                  f"{run.cpu_per_step:8.2f} {run.eps:6.1f} "
                   f"{_span(run.cb.logs, 'reward'):>10s} "
                   f"{_span(run.cb.logs, 'tools/call_frequency', 'aworld/tool_call_rate'):>10s} "
                   f"{run.load[0]:4.1f}-{run.load[1]:.1f}")
+    print("  cpu/step: this process's CPU seconds per step, all threads (the MCP server's process not counted): the "
+          "work a step took, which the machine's load inflates far less than its wall time")
     if any(run.capped for runs in results.values() for run in runs.values()):
         print("  * capped at --max-side-s: trained fewer steps; 'proj.' = s/step x the step the same side reached "
               f"{TARGET} at the lowest latency")
