@@ -212,7 +212,7 @@ async def test_the_responses_api_with_function_tools_and_previous_response_id(sc
     view = server.gateway.finish_session("resp")
     assert view.num_segments == 1 and view.num_turns == 2  # the follow-up extended the episode
     check_segments(view, scripted_calls(engine, "resp"))
-    with pytest.raises(openai.BadRequestError) as gone:  # the session's stored responses went with it
+    with pytest.raises(openai.NotFoundError) as gone:  # the session's stored responses went with it (404, as OpenAI)
         await client(server.session_base_url("resp2")).responses.create(
             model="tiny-policy", input="x", previous_response_id=second.id
         )

@@ -47,9 +47,9 @@ class Seen:
         return list(self.calls[-1][1].token_ids)
 
 
-def refused(param: str) -> Callable[[Seen], None]:
+def refused(param: str, status: int = 400) -> Callable[[Seen], None]:
     def check(seen: Seen) -> None:
-        assert seen.status == 400, (param, seen.status, seen.body)
+        assert seen.status == status, (param, seen.status, seen.body)
         assert seen.body["error"]["param"] == param, (param, seen.body)
 
     check.refusal = param  # type: ignore[attr-defined]
@@ -143,7 +143,7 @@ def responses_cases(tok) -> dict[str, tuple[dict[str, Any], Callable[[Seen], Non
     return {
         "input": ({"input": "fields walk"}, ok(lambda s: "fields walk" in s.prompt)),
         "instructions": ({"instructions": "Be terse."}, ok(lambda s: "<|im_start|>system\nBe terse." in s.prompt)),
-        "previous_response_id": ({"previous_response_id": "resp_unknown"}, refused("previous_response_id")),
+        "previous_response_id": ({"previous_response_id": "resp_unknown"}, refused("previous_response_id", 404)),
         "model": ({"model": "another"}, ok(lambda s: s.body["model"] == "tiny-policy")),
         "tools": ({"tools": [calc]}, ok(lambda s: '"name": "calc"' in s.prompt)),
         "tool_choice": (

@@ -73,7 +73,7 @@ def _error(
 def _failure(exc: BaseException, session_id: str | None) -> JSONResponse:
     """The HTTP answer for an exception of the token path."""
     if isinstance(exc, (GatewayRequestError, TurnRefused)):
-        return _error(400, str(exc), "invalid_request_error", exc.param)
+        return _error(getattr(exc, "status", 400), str(exc), "invalid_request_error", exc.param)
     if isinstance(exc, SessionBusyError):
         return _error(409, str(exc), "invalid_request_error", code="session_busy")
     if isinstance(exc, SessionFinishedError):

@@ -27,11 +27,13 @@ from aworld_core.tokens.turn import TurnRequest
 
 
 class GatewayRequestError(UsageError):
-    """A request the gateway refuses (HTTP 400), with the OpenAI error ``param`` it concerns."""
+    """A request the gateway refuses (HTTP 400, or ``status``: 404 for something named that is not
+    there, as OpenAI answers), with the OpenAI error ``param`` it concerns."""
 
-    def __init__(self, message: str, param: str | None = None):
+    def __init__(self, message: str, param: str | None = None, *, status: int = 400):
         super().__init__(message)
         self.param = param
+        self.status = status
 
 
 # field -> what the gateway does with it (applied / refused and why)

@@ -277,6 +277,7 @@ def parse_responses(body: dict[str, Any], store: ResponseStore, session_id: str 
                 f"previous response {previous!r} is not stored here (unknown, sent with store: false, or its session "
                 "finished)",
                 "previous_response_id",
+                status=404,
             )
         if held.session_id != session_id:
             raise GatewayRequestError(
