@@ -316,3 +316,84 @@ def test_solution_text_fallbacks() -> None:
                                         exp_data=ExpData(llm_call=LLMCall(content="from the call"))))
     assert solution_text(episode) == "from the call"
     assert solution_text(Episode(task_id="t", agent_id="a")) == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# conventions resolved once
+# ---------------------------------------------------------------------------------------------
+
+
+def _trl_column(completions, ground_truth, bonus, trainer_state=None):
+    """TRL-style without **kwargs: gets only the names it declares (bonus is a dataset column)."""
+    text = completions[0][-1]["content"]
+    return [float(ground_truth[0] in text) + bonus[0]]
+
+
+async def _trl_async(prompts, completions, completion_ids, **kwargs):
+    return [len(prompts[0]) + len(completions[0]) + len(completion_ids[0])]
+
+
+def _trl_two_values(completions, **kwargs):
+    return [1.0, 2.0]
+
+
+class TrlPlugin:
+    @hookimpl
+    def register_rewards(self) -> list[RewardSpec]:
+        return [RewardSpec("trl_column", "TRL-style, a dataset column", _trl_column),
+                RewardSpec("trl_async", "TRL-style, async", _trl_async),
+                RewardSpec("trl_two", "TRL-style, a batch of two for one", _trl_two_values)]
+
+
+async def test_each_convention_is_an_adapter_chosen_at_resolution(manager: PluginManager) -> None:
+    from aworld_core.rewards.conventions import PLAIN, TRAJECTORY, TRL
+
+    manager.register(TrlPlugin(), name="trl-rewards")
+    assert resolve_reward("gsm8k", plugin_manager=manager).convention is PLAIN
+    assert resolve_reward("steps", plugin_manager=manager).convention is TRAJECTORY
+    trl = resolve_reward("trl_column", plugin_manager=manager)
+    assert trl.convention is TRL and trl.trl_style and not trl.trajectory_aware
+    sample = SAMPLE.model_copy(update={"extra_info": {"bonus": 0.5, "not an identifier": 1}})
+    episode = _episode()
+    episode.messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "#### 72"}]
+    scored = await score_episode(episode, sample, ["trl_column", "trl_async"], plugin_manager=manager,
+                                 stats=RewardStats())
+    assert scored.rewards == {"trl_column": 1.5, "trl_async": 2.0}  # 1 prompt + 1 completion message + 0 ids
+    scored = await score_episode(_episode(), sample, "trl_two", plugin_manager=manager, stats=RewardStats())
+    assert scored.reward is None and "must return a list of one number" in scored.reward_errors["trl_two"]
+
+
+async def test_a_reward_is_resolved_once_and_its_signature_never_read_per_call(
+    manager: PluginManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import inspect
+
+    first = resolve_reward("gsm8k", plugin_manager=manager)
+    assert resolve_reward("gsm8k", plugin_manager=manager) is first
+    assert resolve_reward("gsm8k", trajectory_aware=False, plugin_manager=manager) is not first
+
+    def no_signature(*args, **kwargs):
+        raise AssertionError("inspect.signature called while scoring")
+
+    for name in ("steps", "async_half"):  # resolved (signature read) at their first use
+        await score_episode(_episode(), SAMPLE, name, plugin_manager=manager, stats=RewardStats())
+
+    monkeypatch.setattr(inspect, "signature", no_signature)
+    for name in ("gsm8k", "steps", "async_half"):
+        scored = await score_episode(_episode(), SAMPLE, name, plugin_manager=manager, stats=RewardStats())
+        assert scored.reward is not None, scored.reward_errors
+    monkeypatch.undo()
+    manager.register(TrlPlugin(), name="trl-rewards")  # a new plugin set: resolved again
+    assert resolve_reward("gsm8k", plugin_manager=manager) is not first
+
+
+async def test_a_plugin_owning_a_name_through_the_hook_still_comes_first(manager: PluginManager) -> None:
+    class Owner:
+        @hookimpl
+        def compute_reward(self, name, episode, sample):
+            return 0.25 if name in ("gsm8k", "only-mine") else None
+
+    manager.register(Owner(), name="owner")
+    scored = await score_episode(_episode(), SAMPLE, ["gsm8k", "only-mine", "format"], plugin_manager=manager,
+                                 stats=RewardStats())
+    assert scored.rewards == {"gsm8k": 0.25, "only-mine": 0.25, "format": 0.0}

@@ -2,107 +2,70 @@
 
 A reward name is looked up among the ``RewardSpec``\\ s plugins registered; anything else is an
 import reference (``package.module:func`` or ``path/to/file.py:func``, relative files resolved
-against the job's directory). Scoring goes through the ``compute_reward`` hook so a plugin can
-own a name, and every outcome is explicit: a value is validated and stored, a failure is stored
-as text in ``episode.reward_errors`` and counted, and neither is ever turned into 0.
+against the job's directory). Resolution happens once per name, directory and flag (and plugin
+set): it gives a :class:`~aworld_core.rewards.conventions.Reward` that already knows its calling
+convention. Scoring asks the plugins' ``compute_reward`` hooks first (so a plugin can own a
+name), then calls that object; every outcome is explicit: a value is validated and stored, a
+failure is stored as text in ``episode.reward_errors`` and counted, and neither is ever turned
+into 0.
 """
 
 from __future__ import annotations
 
-import contextvars
-import inspect
 import math
 import numbers
 import threading
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aworld_core.aio import maybe_await
 from aworld_core.errors import UsageError
 from aworld_core.imports import import_ref, is_ref
-from aworld_core.plugins import get_plugin_manager
+from aworld_core.plugins import DEFAULT_PLUGINS, get_plugin_manager
+from aworld_core.rewards.conventions import (
+    PLAIN_SIGNATURE,
+    TRAJECTORY_SIGNATURE,
+    TRL_SIGNATURE,
+    Reward,
+    solution_text,
+)
 from aworld_core.schemas import Episode, EpisodeStatus, Sample
 
 if TYPE_CHECKING:
     from aworld_core.config import RewardSection
-    from aworld_core.plugins import PluginManager
+    from aworld_core.plugins import Catalog, PluginManager
 
-PLAIN_SIGNATURE = "(data_source, solution_str, ground_truth, extra_info)"
-TRAJECTORY_SIGNATURE = "(episode, sample)"
-TRL_SIGNATURE = "(prompts, completions, completion_ids, ground_truth, data_source, extra_info, <extra_info keys>, **kwargs)"
-
-
-@dataclass(frozen=True)
-class _CallOptions:
-    base_dir: str | None = None
-    trajectory_aware: bool | None = None
-    plugin_manager: PluginManager | None = None
+__all__ = [
+    "PLAIN_SIGNATURE", "TRAJECTORY_SIGNATURE", "TRL_SIGNATURE", "Reward", "RewardStats", "check_reward_signature",
+    "compute_named_reward", "get_reward_stats", "resolve_reward", "score_episode", "solution_text",
+    "validate_reward_value",
+]
 
 
-# What ``score_episode`` knows and the ``compute_reward`` hook's signature cannot carry: the
-# job's directory (for ``file.py:func``), the config's ``trajectory_aware`` flag, and the plugin
-# manager whose catalog names the rewards.
-_call_options: contextvars.ContextVar[_CallOptions | None] = contextvars.ContextVar(
-    "aworld_reward_options", default=None
-)
+@dataclass
+class _Resolved:
+    """Per plugin manager: the rewards resolved against its current catalog, and its
+    ``compute_reward`` hook without the core's built-in (which :func:`score_episode` replaces
+    by calling the resolved reward itself)."""
+
+    catalog: Catalog
+    rewards: dict[tuple[str, str | None, bool | None], Reward] = field(default_factory=dict)
+    plugin_hook: Any = None
 
 
-@dataclass(frozen=True)
-class ResolvedReward:
-    """A reward function and how to call it."""
-
-    name: str
-    func: Callable[..., Any]
-    trajectory_aware: bool
-    source: str  # "plugin <name> (<dist>)" or "import reference"
-    trl_style: bool = False  # TRL's (completions, **kwargs) -> list[float], called with a batch of one
+_resolved: weakref.WeakKeyDictionary[PluginManager, _Resolved] = weakref.WeakKeyDictionary()
 
 
-def _looks_trl_style(func: Callable[..., Any]) -> bool:
-    """A TRL reward function: it takes ``completions`` (and neither ``solution_str`` nor ``episode``)."""
-    try:
-        params = inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        return False
-    return "completions" in params and "solution_str" not in params and "episode" not in params
-
-
-def solution_text(episode: Episode) -> str:
-    """What a plain reward scores: the episode's final answer, else the last assistant text.
-
-    The final answer is the model's full final reply as the runtime recorded it (tags such as
-    ``<answer>`` included); episodes that ended without one fall back to the last assistant
-    message, then to the last model call's content, so a reward always sees what the model said.
-    """
-    if episode.final_answer is not None:
-        return episode.final_answer
-    for message in reversed(episode.messages):
-        if message.get("role") == "assistant" and message.get("content"):
-            return _content_text(message["content"])
-    for step in reversed(episode.steps):
-        call = step.exp_data.llm_call
-        if call is not None and call.content:
-            return call.content
-    return ""
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI content parts
-        return "".join(
-            part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text"
-        )
-    return str(content)
-
-
-def _looks_trajectory_aware(func: Callable[..., Any]) -> bool:
-    try:
-        params = inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        return False
-    return "episode" in params and "solution_str" not in params
+def _resolved_for(manager: PluginManager) -> _Resolved:
+    catalog = manager.catalog()  # a new catalog (plugins registered since) drops what was resolved
+    entry = _resolved.get(manager)
+    if entry is None or entry.catalog is not catalog:
+        core = [p for p in (manager.pm.get_plugin(name) for name in DEFAULT_PLUGINS) if p is not None]
+        entry = _Resolved(catalog, plugin_hook=manager.pm.subset_hook_caller("compute_reward", core))
+        _resolved[manager] = entry
+    return entry
 
 
 def resolve_reward(
@@ -111,118 +74,42 @@ def resolve_reward(
     base_dir: str | None = None,
     trajectory_aware: bool | None = None,
     plugin_manager: PluginManager | None = None,
-) -> ResolvedReward:
-    """Find the function behind ``name``: a registered reward, else an import reference.
+) -> Reward:
+    """The reward behind ``name`` (a registered reward, else an import reference), resolved once.
 
     ``trajectory_aware`` overrides what the spec says; for an unflagged import reference a
     function that takes ``episode`` and no ``solution_str`` is trajectory-aware.
     Raises :class:`UsageError` naming the registered rewards when ``name`` is neither.
     """
-    manager = plugin_manager or get_plugin_manager()
-    catalog = manager.catalog()
+    entry = _resolved_for(plugin_manager or get_plugin_manager())
+    key = (name, base_dir, trajectory_aware)
+    reward = entry.rewards.get(key)
+    if reward is None:
+        reward = entry.rewards[key] = _resolve(name, base_dir, trajectory_aware, entry.catalog)
+    return reward
+
+
+def _resolve(name: str, base_dir: str | None, trajectory_aware: bool | None, catalog: Catalog) -> Reward:
     provided = catalog.get("reward", name)
     if provided is not None:
         spec = provided.spec
         func = import_ref(spec.func, base_dir) if isinstance(spec.func, str) else spec.func
         aware = spec.trajectory_aware if trajectory_aware is None else trajectory_aware
-        source = f"plugin '{provided.plugin}' ({provided.distribution})"
-    elif is_ref(name):
-        func = import_ref(name, base_dir)
-        aware = _looks_trajectory_aware(func) if trajectory_aware is None else trajectory_aware
-        source = "import reference"
-    else:
-        registered = ", ".join(sorted(catalog.items("reward"))) or "none"
-        raise UsageError(
-            f"unknown reward '{name}'. Registered rewards: {registered}. "
-            f"Or give an import reference: 'package.module:func' or 'path/to/file.py:func' "
-            f"(a relative file is looked up beside the job config)"
-        )
-    if not callable(func):
-        raise UsageError(f"reward '{name}' resolves to {func!r}, which is not callable")
-    return ResolvedReward(name, func, aware, source, trl_style=not aware and _looks_trl_style(func))
+        return Reward.of(name, func, aware, f"plugin '{provided.plugin}' ({provided.distribution})")
+    if is_ref(name):
+        return Reward.of(name, import_ref(name, base_dir), trajectory_aware, "import reference")
+    registered = ", ".join(sorted(catalog.items("reward"))) or "none"
+    raise UsageError(
+        f"unknown reward '{name}'. Registered rewards: {registered}. "
+        f"Or give an import reference: 'package.module:func' or 'path/to/file.py:func' "
+        f"(a relative file is looked up beside the job config)"
+    )
 
 
-def reward_call_keywords(reward: ResolvedReward, episode: Episode, sample: Sample) -> tuple[dict[str, Any], str]:
-    """The keywords ``reward`` is called with for one episode, and the signature they form."""
-    if reward.trajectory_aware:
-        return {"episode": episode, "sample": sample}, TRAJECTORY_SIGNATURE
-    if reward.trl_style:
-        return _trl_keywords(episode, sample), TRL_SIGNATURE
-    return {
-        "data_source": sample.data_source,
-        "solution_str": solution_text(episode),
-        "ground_truth": sample.ground_truth,
-        "extra_info": dict(sample.extra_info),
-    }, PLAIN_SIGNATURE
-
-
-def _trl_keywords(episode: Episode, sample: Sample) -> dict[str, Any]:
-    """TRL's reward keywords for a batch of one, as TRL passes them for a conversational dataset:
-    ``prompts`` the prompt messages, ``completions`` the messages the episode added after them
-    (assistant turns, tool calls and tool results; the final answer is the last assistant one),
-    ``completion_ids`` the sampled token ids when the episode kept them, and every dataset column:
-    ``ground_truth``, ``data_source``, ``extra_info`` and each ``extra_info`` key on its own."""
-    prompt = [dict(m) for m in sample.prompt]
-    messages = [dict(m) for m in episode.messages]
-    completion = messages[len(prompt):] if messages[: len(prompt)] == prompt else [
-        m for m in messages if m.get("role") not in ("system", "user")
-    ]
-    if not completion:
-        completion = [{"role": "assistant", "content": solution_text(episode)}]
-    ids: list[int] = []
-    for step in episode.steps:
-        data = step.exp_data.llm_call.token_data if step.exp_data.llm_call is not None else None
-        if data is not None:
-            ids.extend(data.response_ids)
-    columns = {k: v for k, v in sample.extra_info.items() if isinstance(k, str) and k.isidentifier()}
-    keywords: dict[str, Any] = {key: [value] for key, value in columns.items()}
-    keywords.update({
-        "prompts": [prompt],
-        "completions": [completion],
-        "completion_ids": [ids],
-        "ground_truth": [sample.ground_truth],
-        "data_source": [sample.data_source],
-        "extra_info": [dict(sample.extra_info)],
-        "trainer_state": None,
-    })
-    return keywords
-
-
-def check_reward_signature(reward: ResolvedReward) -> None:
+def check_reward_signature(reward: Reward) -> None:
     """``UsageError`` (with the fix) when ``reward`` cannot take the keywords it will be called
     with: what a run would find at its first scored episode, found before anything starts."""
-    episode = Episode(task_id="check", agent_id="check")
-    sample = Sample(id="check", prompt=[{"role": "user", "content": "?"}])
-    kwargs, expected = reward_call_keywords(reward, episode, sample)
-    if reward.trl_style:  # the dataset's own columns vary: only TRL's fixed names are required
-        kwargs = {k: kwargs[k] for k in ("prompts", "completions", "completion_ids", "ground_truth",
-                                         "data_source", "extra_info", "trainer_state")}
-        try:
-            params = inspect.signature(reward.func).parameters.values()
-        except (TypeError, ValueError):
-            return
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-            named = {p.name for p in params}
-            kwargs = {k: v for k, v in kwargs.items() if k in named}
-            missing = [p.name for p in params if p.default is inspect.Parameter.empty
-                       and p.kind is not inspect.Parameter.VAR_POSITIONAL and p.name not in kwargs]
-            if missing:
-                raise UsageError(
-                    f"reward '{reward.name}' ({reward.source}) looks like a TRL reward function (it takes "
-                    f"completions) but also requires {missing}, which the core does not pass; TRL-style rewards "
-                    f"get {TRL_SIGNATURE}: add **kwargs and read dataset columns from it (or extra_info)"
-                )
-    _check_signature(reward, kwargs, expected)
-
-
-def _trl_value(reward: ResolvedReward, value: Any) -> Any:
-    """The one number a TRL-style reward returned for its batch of one."""
-    if isinstance(value, (list, tuple)) and len(value) == 1:
-        return value[0]
-    raise ValueError(
-        f"reward '{reward.name}' is a TRL-style reward (it takes completions), called with a batch of one "
-        f"completion; it must return a list of one number, got {value!r}"
-    )
+    reward.check()
 
 
 def compute_named_reward(
@@ -236,54 +123,13 @@ def compute_named_reward(
 ) -> Any:
     """Call the reward ``name`` on one episode: a number, or an awaitable for async rewards.
 
-    The value is returned as the function gave it; :func:`score_episode` validates it.
-    ``base_dir``, ``trajectory_aware`` and ``plugin_manager`` default to what the surrounding
-    ``score_episode`` set.
+    The value is returned as the function gave it; :func:`score_episode` validates it. This is
+    what the core's ``compute_reward`` hook answers with (so with no job directory and the
+    process's plugins), and what backends that score outside ``score_episode`` call.
     """
-    options = _call_options.get() or _CallOptions()
-    reward = resolve_reward(
-        name,
-        base_dir=base_dir if base_dir is not None else options.base_dir,
-        trajectory_aware=trajectory_aware if trajectory_aware is not None else options.trajectory_aware,
-        plugin_manager=plugin_manager or options.plugin_manager,
-    )
-    kwargs, expected = reward_call_keywords(reward, episode, sample)
-    if reward.trl_style:
-        try:
-            params = inspect.signature(reward.func).parameters.values()
-        except (TypeError, ValueError):
-            params = []
-        if params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-            named = {p.name for p in params}
-            kwargs = {k: v for k, v in kwargs.items() if k in named}
-    _check_signature(reward, kwargs, expected)
-    value = reward.func(**kwargs)
-    if reward.trl_style:
-        if inspect.isawaitable(value):
-            return _awaited_trl_value(reward, value)
-        return _trl_value(reward, value)
-    return value
-
-
-async def _awaited_trl_value(reward: ResolvedReward, value: Any) -> Any:
-    return _trl_value(reward, await value)
-
-
-def _check_signature(reward: ResolvedReward, kwargs: dict[str, Any], expected: str) -> None:
-    try:
-        signature = inspect.signature(reward.func)
-    except (TypeError, ValueError):  # builtins without a signature: let the call speak
-        return
-    try:
-        signature.bind(**kwargs)
-    except TypeError as exc:
-        other = "trajectory_aware=false" if reward.trajectory_aware else "trajectory_aware=true"
-        raise UsageError(
-            f"reward '{reward.name}' ({reward.source}) has signature {reward.func.__name__}{signature}, "
-            f"but is called with keywords {expected}: {exc}. Rename its parameters, or set "
-            f"reward.{other} if it is the other kind (a TRL-style reward takes completions and **kwargs "
-            f"and returns a list of floats)"
-        ) from None
+    reward = resolve_reward(name, base_dir=base_dir, trajectory_aware=trajectory_aware,
+                            plugin_manager=plugin_manager)
+    return reward.call(episode, sample)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,19 +224,21 @@ def get_reward_stats() -> RewardStats:
 # ---------------------------------------------------------------------------------------------
 
 
-def _reward_specs(reward: Any) -> list[tuple[str, bool | None]]:
-    items = [reward] if isinstance(reward, str) or not isinstance(reward, Sequence) else list(reward)
+def _reward_specs(reward: Any) -> list[tuple[str, bool | None, Reward | None]]:
+    items = [reward] if isinstance(reward, (str, Reward)) or not isinstance(reward, Sequence) else list(reward)
     if not items:
         raise UsageError("no reward given: pass a reward name, an import reference or a RewardSection")
-    specs: list[tuple[str, bool | None]] = []
+    specs: list[tuple[str, bool | None, Reward | None]] = []
     for item in items:
         if isinstance(item, str):
-            specs.append((item, None))
+            specs.append((item, None, None))
+        elif isinstance(item, Reward):  # resolved already (by the caller, once)
+            specs.append((item.name, item.trajectory_aware, item))
         elif hasattr(item, "name") and hasattr(item, "trajectory_aware"):
-            specs.append((item.name, item.trajectory_aware))
+            specs.append((item.name, item.trajectory_aware, None))
         else:
             raise UsageError(
-                f"bad reward {item!r}: expected a reward name, an import reference or a RewardSection"
+                f"bad reward {item!r}: expected a reward name, an import reference, a RewardSection or a Reward"
             )
     return specs
 
@@ -412,7 +260,7 @@ def validate_reward_value(name: str, value: Any) -> float:
 async def score_episode(
     episode: Episode,
     sample: Sample,
-    reward: str | RewardSection | Sequence[str | RewardSection],
+    reward: str | RewardSection | Reward | Sequence[str | RewardSection | Reward],
     *,
     base_dir: str | None = None,
     stats: RewardStats | None = None,
@@ -443,13 +291,17 @@ async def score_episode(
     else:
         values: list[float] = []
         failed = False
-        for name, trajectory_aware in specs:
+        plugin_hook = _resolved_for(manager).plugin_hook
+        for name, trajectory_aware, resolved in specs:
             episode.rewards.pop(name, None)
             episode.reward_errors.pop(name, None)
-            token = _call_options.set(_CallOptions(base_dir, trajectory_aware, manager))
             try:
-                value = await maybe_await(manager.hook.compute_reward(name=name, episode=episode, sample=sample))
-                number = validate_reward_value(name, value)
+                value = plugin_hook(name=name, episode=episode, sample=sample)  # a plugin may own the name
+                if value is None:
+                    resolved = resolved or resolve_reward(name, base_dir=base_dir, trajectory_aware=trajectory_aware,
+                                                          plugin_manager=manager)
+                    value = resolved.call(episode, sample)
+                number = validate_reward_value(name, await maybe_await(value))
             except UsageError:
                 raise
             except Exception as exc:
@@ -457,8 +309,6 @@ async def score_episode(
                 stats.record_failure(name)
                 failed = True
                 continue
-            finally:
-                _call_options.reset(token)
             episode.rewards[name] = number
             values.append(number)
             stats.record_value(name, number)
