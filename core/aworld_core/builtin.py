@@ -22,11 +22,6 @@ def register_rewards() -> list[RewardSpec]:
             "aworld_core.rewards.builtin:gsm8k_reward",
         ),
         RewardSpec(
-            "gaia",
-            "1.0 when the <answer>...</answer> matches the ground truth under GAIA's scorer rules",
-            "aworld_core.rewards.builtin:gaia_reward",
-        ),
-        RewardSpec(
             "format",
             "0.1 when the response holds an <answer>...</answer> tag",
             "aworld_core.rewards.builtin:format_reward",

@@ -40,7 +40,7 @@ class _Plugin:
 def test_builtin_is_a_plugin_and_provides_rewards():
     manager = PluginManager(load_entry_points=False)
     assert [info.distribution for info in manager.plugins()] == ["aworld-core"]
-    assert {"gsm8k", "gaia", "format"} <= set(manager.catalog().items("reward"))
+    assert {"gsm8k", "format"} <= set(manager.catalog().items("reward"))
     with pytest.raises(UnknownBackendError, match="backend 'trl' is not installed"):
         manager.catalog().backend("trl")
 

@@ -157,10 +157,10 @@ async def test_builtin_reward_scored_and_observed(manager: PluginManager) -> Non
 
 
 async def test_several_rewards_are_summed(manager: PluginManager) -> None:
-    episode = _episode(answer="<answer>72</answer>")
-    await score_episode(episode, SAMPLE, ["gaia", RewardSection(name="format")], plugin_manager=manager,
+    episode = _episode(answer="<answer>#### 72</answer>")
+    await score_episode(episode, SAMPLE, ["gsm8k", RewardSection(name="format")], plugin_manager=manager,
                         stats=RewardStats())
-    assert episode.rewards == {"gaia": 1.0, "format": 0.1}
+    assert episode.rewards == {"gsm8k": 1.0, "format": 0.1}
     assert episode.reward == pytest.approx(1.1)
 
 
@@ -280,7 +280,7 @@ async def test_unknown_reward_names_registered_ones(manager: PluginManager) -> N
         await score_episode(_episode(), SAMPLE, "gsm9k", plugin_manager=manager, stats=RewardStats())
     message = str(info.value)
     assert "unknown reward 'gsm9k'" in message
-    assert "format, gaia, gsm8k" in message
+    assert "format, gsm8k" in message
     assert "path/to/file.py:func" in message and "package.module:func" in message
 
 
@@ -397,3 +397,9 @@ async def test_a_plugin_owning_a_name_through_the_hook_still_comes_first(manager
     scored = await score_episode(_episode(), SAMPLE, ["gsm8k", "only-mine", "format"], plugin_manager=manager,
                                  stats=RewardStats())
     assert scored.rewards == {"gsm8k": 0.25, "only-mine": 0.25, "format": 0.0}
+
+
+async def test_the_gaia_reward_without_aworld_gaia_env_says_what_to_install(manager: PluginManager) -> None:
+    with pytest.raises(UsageError, match=r"reward 'gaia' is provided by the aworld-gaia-env plugin.*"
+                                         r"pip install aworld-gaia-env"):
+        await score_episode(_episode(), SAMPLE, "gaia", plugin_manager=manager, stats=RewardStats())

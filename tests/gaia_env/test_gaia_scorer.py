@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from aworld_core.rewards.builtin import format_reward, gaia_reward
+from aworld_core.rewards.builtin import format_reward
 from aworld_core.rewards.extract import extract_tagged_answer
-from aworld_core.rewards.gaia_scorer import normalize_number_str, normalize_str, question_scorer, split_string
+from aworld_gaia_env.reward import gaia_reward
+from aworld_gaia_env.scorer import normalize_number_str, normalize_str, question_scorer, split_string
 
 
 @pytest.mark.parametrize(
@@ -91,3 +92,18 @@ def test_gaia_reward_without_ground_truth_is_an_error() -> None:
 def test_format_reward() -> None:
     assert format_reward("gaia", "<answer>x</answer>", None, {}) == 0.1
     assert format_reward("gaia", "x", None, {}) == 0.0
+
+
+async def test_the_gaia_reward_is_registered_by_aworld_gaia_env_and_scores_an_episode() -> None:
+    from aworld_core.plugins import PluginManager
+    from aworld_core.rewards.registry import RewardStats, resolve_reward, score_episode
+    from aworld_core.schemas import Episode, EpisodeStatus, Sample
+
+    manager = PluginManager()  # the installed entry points: aworld-gaia-env's plugin among them
+    reward = resolve_reward("gaia", plugin_manager=manager)
+    assert reward.func is gaia_reward and "aworld-gaia-env" in reward.source
+    episode = Episode(task_id="t", agent_id="a", final_answer="<answer>Paris</answer>")
+    episode.finish(EpisodeStatus.SUCCESS)
+    sample = Sample(id="s", prompt=[{"role": "user", "content": "?"}], ground_truth="paris")
+    await score_episode(episode, sample, ["gaia", "format"], plugin_manager=manager, stats=RewardStats(), notify=False)
+    assert episode.rewards == {"gaia": 1.0, "format": 0.1}

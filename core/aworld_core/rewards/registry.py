@@ -44,6 +44,11 @@ __all__ = [
 ]
 
 
+# reward name -> the distribution of this repository that registers it, for the hint when it is
+# missing (the name is the plugin's; the core only knows where to send the user)
+PLUGIN_REWARDS: dict[str, str] = {"gaia": "aworld-gaia-env"}
+
+
 @dataclass
 class _Resolved:
     """Per plugin manager: the rewards resolved against its current catalog, and its
@@ -99,6 +104,11 @@ def _resolve(name: str, base_dir: str | None, trajectory_aware: bool | None, cat
     if is_ref(name):
         return Reward.of(name, import_ref(name, base_dir), trajectory_aware, "import reference")
     registered = ", ".join(sorted(catalog.items("reward"))) or "none"
+    if name in PLUGIN_REWARDS:
+        raise UsageError(
+            f"reward '{name}' is provided by the {PLUGIN_REWARDS[name]} plugin, which is not installed (or is "
+            f"disabled); install it with: pip install {PLUGIN_REWARDS[name]}. Registered rewards: {registered}"
+        )
     raise UsageError(
         f"unknown reward '{name}'. Registered rewards: {registered}. "
         f"Or give an import reference: 'package.module:func' or 'path/to/file.py:func' "

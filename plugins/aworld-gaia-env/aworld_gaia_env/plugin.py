@@ -1,9 +1,9 @@
-"""aworld-gaia-env's hooks: the ``gaia`` tool environment and dataset."""
+"""aworld-gaia-env's hooks: the ``gaia`` tool environment, dataset and reward."""
 
 from __future__ import annotations
 
 from aworld_core.hookspecs import hookimpl
-from aworld_core.specs import DatasetSpec, EnvironmentSpec
+from aworld_core.specs import DatasetSpec, EnvironmentSpec, RewardSpec
 
 
 @hookimpl
@@ -21,3 +21,14 @@ def register_environments() -> list[EnvironmentSpec]:
 @hookimpl
 def register_datasets() -> list[DatasetSpec]:
     return [DatasetSpec("gaia", "GAIA validation/test questions from a local GAIA directory", "aworld_gaia_env.data:load_gaia")]
+
+
+@hookimpl
+def register_rewards() -> list[RewardSpec]:
+    return [
+        RewardSpec(
+            "gaia",
+            "1.0 when the <answer>...</answer> matches the ground truth under GAIA's scorer rules",
+            "aworld_gaia_env.reward:gaia_reward",
+        )
+    ]
