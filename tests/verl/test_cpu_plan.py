@@ -79,6 +79,13 @@ def test_cpu_plan_composes_and_validates_against_verls_config(tmp_path, tiny_mod
     assert config.reward.num_workers == 1 and config.data.dataloader_num_workers == 0
     assert config.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
     assert config.data.train_batch_size == 4  # the user's key still wins
+    # verl's replay buffer polls for finished rollouts every 0.25 s, not 2 s (a CPU step is seconds)
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    from aworld_verl.sampler import AworldReplayBuffer
+
+    buffer = get_trainer_cls("sync")(config).replay_buffer
+    assert isinstance(buffer, AworldReplayBuffer) and buffer.poll_interval == 0.25
     assert plan.env["VERL_PLATFORM"] == "cpu" and plan.env["RAY_prestart_worker_first_driver"] == "0"
 
 

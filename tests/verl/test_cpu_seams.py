@@ -186,6 +186,13 @@ def test_canary_the_naive_weight_sync_reaches_our_adapter():
     assert {"weights", "global_steps", "peft_config", "base_sync_done", "wire_format"} <= set(params)
 
 
+def test_canary_the_replay_buffer_poll_interval_we_shorten():
+    """The CPU plan passes ``poll_interval`` to verl's replay buffer (through ``sampler_kwargs``)."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    assert inspect.signature(ReplayBuffer.__init__).parameters["poll_interval"].default == 2.0
+
+
 def test_canary_verl_pools_still_want_gpus():
     """Why the CPU plan starts Ray with logical GPUs: verl's resource pools hard-code ``use_gpu``."""
     from verl.single_controller.ray import base

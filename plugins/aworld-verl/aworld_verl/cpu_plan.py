@@ -32,6 +32,7 @@ from aworld_core.vllm_server import VllmServerSpec, free_port, gpu_visible
 
 SECTION = "aworld"
 RAY_LOGICAL_CPUS = 16  # logical: verl's bundles reserve 3 CPUs per trainer process, and every actor 1
+POLL_INTERVAL_S = 0.25  # verl's ReplayBuffer(poll_interval=2.0), passed through aworld_replay_buffer
 
 
 class VerlOptions(BaseModel):
@@ -176,6 +177,8 @@ def cpu_overrides(output_dir: Path) -> dict[str, Any]:
         "reward.num_workers": 1,
         "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
         "data.dataloader_num_workers": 0,
+        # verl's replay buffer looks for finished rollouts every 2 s: half a CPU step waited for nothing
+        "+trainer.v1.sampler.sampler_kwargs.poll_interval": POLL_INTERVAL_S,
     }
 
 
