@@ -7,14 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-from typing import Any
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from aworld_core.errors import AworldError, UsageError
+
+if TYPE_CHECKING:  # config pulls pydantic and the agent model: imported when used, not here
+    from aworld_core.config import JobConfig
+    from aworld_core.schemas import LaunchPlan
 
 SFT_MODE_KEY = "aworld_mode"  # a backend that plans an SFT job (the job's sft:) sets plan.config[it] = "sft"
 
 
-def choose_backend(requested: str | None, job: Any) -> str:
+def choose_backend(requested: str | None, job: JobConfig) -> str:
     from aworld_core.plugins import backend_install_hint, get_plugin_manager
     from aworld_core.settings import get_settings
 
@@ -34,7 +40,7 @@ def choose_backend(requested: str | None, job: Any) -> str:
     return name
 
 
-def format_plan(plan: Any, job: Any, output_dir: Any) -> str:
+def format_plan(plan: LaunchPlan, job: JobConfig, output_dir: Path) -> str:
     import yaml
 
     from aworld_core.launch import plan_cwd
@@ -66,10 +72,8 @@ def format_plan(plan: Any, job: Any, output_dir: Any) -> str:
     return mask("\n".join(lines) + "\n")
 
 
-def plan_job(backend: str, job: Any) -> tuple[Any, Any]:
+def plan_job(backend: str, job: JobConfig) -> tuple[LaunchPlan, Path]:
     """The backend's ``LaunchPlan`` and the job's output directory (always absolute)."""
-    from pathlib import Path
-
     from aworld_core.plugins import get_plugin_manager
     from aworld_core.settings import get_settings
 
@@ -89,7 +93,7 @@ def plan_job(backend: str, job: Any) -> tuple[Any, Any]:
     return plan, output_dir
 
 
-def _add_offline_env(plan: Any, job: Any) -> None:
+def _add_offline_env(plan: LaunchPlan, job: JobConfig) -> None:
     """Telemetry and (for a job on local paths) hub lookups off in what the plan launches, for
     every backend alike, so ``--dry-run`` shows them (``aworld_core.offline``)."""
     import os
@@ -101,10 +105,10 @@ def _add_offline_env(plan: Any, job: Any) -> None:
     plan.notes.append(plan_note(job, added))
 
 
-def launch_job(backend: str, job: Any, plan: Any) -> Any:
-    """Check the framework, build the model if asked, start the job's environment, launch."""
-    from pathlib import Path
+def launch_job(backend: str, job: JobConfig, plan: LaunchPlan) -> Any:
+    """Check the framework, build the model if asked, start the job's environment, launch.
 
+    Returns what the backend's ``launch_trainer`` returned (its result object, or an exit code)."""
     from aworld_core.aio import maybe_await
     from aworld_core.imports import import_ref
     from aworld_core.offline import offline_env_applied
@@ -122,7 +126,7 @@ def launch_job(backend: str, job: Any, plan: Any) -> Any:
             return asyncio.run(maybe_await(result)) if asyncio.iscoroutine(result) else result
 
 
-def job_environment(job: Any) -> Any:
+def job_environment(job: JobConfig) -> AbstractContextManager[Any]:
     """A context that runs the job's ``environment:`` (its serve command, its output in this
     process's log) while a training or evaluation runs; a no-op for a job without one."""
     import contextlib
@@ -144,7 +148,7 @@ def job_environment(job: Any) -> Any:
     )
 
 
-def _export_secrets(job: Any) -> None:
+def _export_secrets(job: JobConfig) -> None:
     """The job's secrets reach the backend's processes through their environment, never argv or
     a file: ``agent.llm_api_key`` as ``LLM_API_KEY``, MCP tokens as the variables their references
     in the plan files name (``aworld_core.secrets``)."""
