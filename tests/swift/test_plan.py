@@ -94,6 +94,15 @@ def test_values_are_written_the_way_ms_swift_parses_them(tmp_path):
     assert command.count("--seed") == 1 and command[command.index("--seed") + 1] == "3"
 
 
+def test_a_strategy_written_no_in_yaml_stays_no(tmp_path):
+    """``save_strategy: no`` in YAML is the boolean false; ms-swift's strategies take the word 'no'."""
+    path = _job_file(tmp_path)
+    path.write_text(path.read_text().replace("swift: {}", "swift: {save_strategy: no, eval_strategy: no}"))
+    command = command_line(swift_args(load_job_config(path), tmp_path / "run"))
+    assert command[command.index("--save_strategy") + 1] == "no"
+    assert command[command.index("--eval_strategy") + 1] == "no"
+
+
 def test_a_local_model_without_model_type_gets_a_note(tmp_path):
     plan = build_plan(load_job_config(_job_file(tmp_path)), tmp_path / "run")
     assert any("model_type" in note and "'qwen2'" in note for note in plan.notes)

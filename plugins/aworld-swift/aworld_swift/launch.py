@@ -205,6 +205,8 @@ def command_line(args: dict[str, Any], subcommand: str = "rlhf") -> list[str]:
 
 
 def _values(key: str, value: Any) -> list[str]:
+    if value is False and key.endswith("_strategy"):
+        return ["no"]  # YAML reads `save_strategy: no` as false; the trainer's strategies spell it 'no'
     if isinstance(value, bool):
         return ["true" if value else "false"]
     if isinstance(value, (list, tuple)):
