@@ -23,9 +23,6 @@ from aworld_core.worker.build import job_key, load_job
 
 S = TypeVar("S")
 
-_tokenizers: dict[str, Any] = {}
-_tokenizers_lock = threading.Lock()
-
 
 class _Build:
     """One key's build in progress: the other callers for that key wait on it, nobody else does."""
@@ -150,14 +147,19 @@ def options_key(**parts: Any) -> str:
     return json.dumps({k: plain(v) for k, v in parts.items()}, sort_keys=True, default=str)
 
 
+def _load_tokenizer(ref: str | Path) -> Any:
+    from aworld_core.tokens.llm import load_tokenizer
+
+    return load_tokenizer(ref)
+
+
+#: the process's tokenizers by directory: a cache like the backends' own (``close()`` forgets them)
+TOKENIZERS: WorkerCache[Any] = WorkerCache()
+
+
 def shared_tokenizer(ref: Any) -> Any:
-    """A tokenizer object as is; a directory (``str``/``Path``) loaded once per process."""
+    """A tokenizer object as is; a directory (``str``/``Path``) loaded once per process
+    (:data:`TOKENIZERS`; loading one directory does not hold up another)."""
     if not isinstance(ref, (str, Path)):
         return ref
-    with _tokenizers_lock:
-        tokenizer = _tokenizers.get(str(ref))
-        if tokenizer is None:
-            from aworld_core.tokens.llm import load_tokenizer
-
-            tokenizer = _tokenizers[str(ref)] = load_tokenizer(ref)
-        return tokenizer
+    return TOKENIZERS.get(str(ref), lambda: _load_tokenizer(ref))
