@@ -24,11 +24,13 @@ from aworld_core.errors import AworldError
 @contextlib.contextmanager
 def running_environment(command: list[str], servers: list[str] | None = None,
                         startup_timeout_s: float = 60.0, name: str | None = None,
-                        log: TextIO | None = None, releases_workspaces: bool = False) -> Iterator[dict[str, Any]]:
+                        log: TextIO | None = None, release: str | None = None) -> Iterator[dict[str, Any]]:
     """Run ``command`` until the block ends; yield its ``{"ip", "port", "token", "url"}``.
 
-    ``releases_workspaces`` (the environment's spec says it frees workspaces on request) is
-    exported as ``MCP_SERVER_RELEASE=1`` so agents built from the job's defaults release theirs.
+    ``release`` (the environment spec's release request, ``"METHOD URL-template"``) is exported
+    as ``MCP_SERVER_RELEASE`` so agents built from the job's defaults send exactly that at
+    episode end; an environment without one exports it empty, overriding a ``.env`` value meant
+    for another server.
 
     Everything the environment prints goes to ``log`` (default: this process's stderr, the
     job's log), each line prefixed ``[env <name>]`` and with its token masked, from start-up to
@@ -58,7 +60,7 @@ def running_environment(command: list[str], servers: list[str] | None = None,
                                                    "MCP_SERVER_RELEASE")}
         os.environ["MCP_SERVER_URL"] = info["url"]
         os.environ["MCP_SERVER_TOKEN"] = str(info.get("token") or "")
-        os.environ["MCP_SERVER_RELEASE"] = "1" if releases_workspaces else "0"
+        os.environ["MCP_SERVER_RELEASE"] = release or ""
         from aworld_core.secrets import register_secret
 
         register_secret(str(info.get("token") or ""))  # masked in logs and errors from here on

@@ -144,7 +144,7 @@ def job_environment(job: JobConfig) -> AbstractContextManager[Any]:
         servers=job.environment.servers,
         startup_timeout_s=job.environment.startup_timeout_s,
         name=job.environment.name,
-        releases_workspaces=spec.releases_workspaces,
+        release=spec.release,
     )
 
 

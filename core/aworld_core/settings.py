@@ -33,10 +33,14 @@ class AworldSettings(BaseSettings):
     mcp_server_url: str | None = Field(default=None, validation_alias=_alias("MCP_SERVER_URL"))
     mcp_server_token: str | None = Field(default=None, validation_alias=_alias("MCP_SERVER_TOKEN"))
     mcp_servers: str | None = Field(default=None, validation_alias=_alias("MCP_SERVERS"))
-    mcp_server_release: bool = Field(
-        default=False, validation_alias=_alias("MCP_SERVER_RELEASE"),
-        description="The MCP_SERVER_URL environment frees episode workspaces on DELETE /workspaces/<episode> "
-                    "(the GAIA environment): agents built from the job's defaults send it at episode end.",
+    mcp_server_release: str | None = Field(
+        default=None, validation_alias=_alias("MCP_SERVER_RELEASE"),
+        description="The request ('METHOD URL-template', as mcp_config's 'release') that frees what the "
+                    "MCP_SERVER_URL environment keeps for an episode; agents built from the job's defaults "
+                    "and get_agent_tool_env_and_servers() send it at episode end. A job's environment "
+                    "exports its spec's; an environment's serve command prints its own. Empty: none. "
+                    "The former boolean form: 'false' means none, 'true' is read for now with a "
+                    "deprecation warning (mcp_config.configured_release).",
     )
 
     llm_base_url: str | None = Field(default=None, validation_alias=_alias("LLM_BASE_URL"))

@@ -52,9 +52,20 @@ class EnvironmentSpec:
     description: str
     servers: tuple[str, ...] = ()
     serve_command: tuple[str, ...] = ()
-    #: the server frees an episode's workspace on ``DELETE /workspaces/<episode>`` (the GAIA
-    #: environment's route): agents built for a job running it send that at episode end
-    releases_workspaces: bool = False
+    #: the request that frees what the server keeps for an episode, as ``mcp_config``'s
+    #: ``release`` takes it (``"METHOD URL-template"``, ``mcp_release``); none when it keeps
+    #: nothing. A job running this environment exports it as ``MCP_SERVER_RELEASE``, and agents
+    #: built from the job's defaults send exactly that at episode end.
+    release: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.release is not None:
+            from aworld_core.tools.mcp_release import parse_release
+
+            try:
+                parse_release(self.release)
+            except ValueError as exc:  # the plugin's mistake, named at registration
+                raise ValueError(f"environment {self.name!r}: {exc}") from None
 
 
 @dataclass(frozen=True)

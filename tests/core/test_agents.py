@@ -12,8 +12,10 @@ from aworld_core import Agent, AgentConfig, Swarm, get_agent_tool_env_and_server
 from aworld_core.agents.factory import agent_from_job
 from aworld_core.config import load_job_config
 from aworld_core.errors import ConfigError, UsageError
-from aworld_core.plugins import PluginManager
+from aworld_core.hookspecs import hookimpl
+from aworld_core.plugins import PluginManager, reset_plugin_manager
 from aworld_core.settings import AworldSettings, get_settings
+from aworld_core.specs import EnvironmentSpec
 from aworld_core.tools.mcp_config import parse_mcp_config, select_servers
 from aworld_core.tools.python_tools import PythonTool, parse_docstring
 
@@ -328,12 +330,55 @@ def test_agent_from_job_uses_the_env_from_settings():
     assert agent.servers["aworld-mcp"].headers == {"Authorization": "Bearer t", "MCP_SERVERS": "wiki"}
 
 
-def test_agent_from_job_releases_workspaces_only_when_the_environment_says_so():
+def test_agent_from_job_sends_exactly_the_release_the_environment_names():
     base = {"MCP_SERVER_URL": "http://127.0.0.1:8000/mcp", "MCP_SERVER_TOKEN": "t"}
     plain = agent_from_job(_job({"name": "g"}), AworldSettings(**base))
-    assert plain.servers["aworld-mcp"].release is None  # e.g. the demo's calculator: no DELETE per episode
-    gaia = agent_from_job(_job({"name": "g"}), AworldSettings(**base, MCP_SERVER_RELEASE="1"))
-    assert gaia.servers["aworld-mcp"].release == "DELETE {base}/workspaces/{episode_id}"
+    assert plain.servers["aworld-mcp"].release is None  # e.g. the demo's calculator: no request per episode
+    for none in ("", "0", "false"):  # empty (what an environment without one exports), the former boolean
+        agent = agent_from_job(_job({"name": "g"}), AworldSettings(**base, MCP_SERVER_RELEASE=none))
+        assert agent.servers["aworld-mcp"].release is None
+    named = agent_from_job(_job({"name": "g"}), AworldSettings(**base, MCP_SERVER_RELEASE="POST {url}/end/{episode_id}"))
+    assert named.servers["aworld-mcp"].release == "POST {url}/end/{episode_id}"
+    with pytest.raises(UsageError, match="MCP_SERVER_RELEASE=.*unknown placeholder"):
+        agent_from_job(_job({"name": "g"}), AworldSettings(**base, MCP_SERVER_RELEASE="DELETE {host}/{episode_id}"))
+
+
+class _ReleasingEnvironments:
+    def __init__(self, *releases: str | None) -> None:
+        self.releases = releases
+
+    @hookimpl
+    def register_environments(self) -> list[EnvironmentSpec]:
+        return [EnvironmentSpec(f"env{i}", "test", release=r) for i, r in enumerate(self.releases)]
+
+
+def test_the_former_boolean_release_setting_is_read_with_a_deprecation_warning():
+    """MCP_SERVER_RELEASE=true (the former form, maybe in users' .env files) means the release of
+    the one installed environment that declares one; refused, naming them, otherwise."""
+    base = {"MCP_SERVER_URL": "http://127.0.0.1:8000/mcp", "MCP_SERVER_TOKEN": "t", "MCP_SERVER_RELEASE": "true"}
+    for releases, outcome in [((None, "DELETE {base}/s/{episode_id}"), "DELETE {base}/s/{episode_id}"),
+                              ((None,), "No installed environment declares one"),
+                              (("DELETE {base}/a/{episode_id}", "POST {base}/b/{episode_id}"),
+                               "env0: MCP_SERVER_RELEASE='DELETE {base}/a/{episode_id}'; env1")]:
+        manager = PluginManager(load_entry_points=False)
+        manager.register(_ReleasingEnvironments(*releases), name="test-environments")
+        reset_plugin_manager(manager)
+        try:
+            if outcome.startswith(("DELETE", "POST")):
+                with pytest.warns(DeprecationWarning, match="former boolean form"):
+                    agent = agent_from_job(_job({"name": "g"}), AworldSettings(**base))
+                assert agent.servers["aworld-mcp"].release == outcome
+            else:
+                with pytest.raises(UsageError, match="former boolean form") as caught:
+                    agent_from_job(_job({"name": "g"}), AworldSettings(**base))
+                assert outcome in str(caught.value)
+        finally:
+            reset_plugin_manager()
+
+
+def test_an_environment_spec_with_a_bad_release_is_refused_at_registration():
+    with pytest.raises(ValueError, match="environment 'x': release method 'GET'"):
+        EnvironmentSpec("x", "test", release="GET {base}/{episode_id}")
 
 
 def test_agent_from_job_falls_back_to_llm_settings():

@@ -11,6 +11,7 @@ import pytest
 from aworld_core.environments import running_environment
 from aworld_core.errors import AworldError
 from aworld_core.settings import get_settings
+from aworld_core.tools.mcp_config import configured_release
 
 SERVER = """
 import json, sys, time
@@ -28,10 +29,10 @@ def test_address_is_exported_while_running_and_restored_after(tmp_path: Path, mo
         assert info["url"] == "http://127.0.0.1:4321/mcp"
         assert os.environ["MCP_SERVER_TOKEN"] == "t0k" and os.environ["MCP_SERVERS"] == "a,b"
         assert get_settings().mcp_server_url == "http://127.0.0.1:4321/mcp"
-        assert get_settings().mcp_server_release is False  # this environment frees no workspaces
+        assert configured_release(get_settings().mcp_server_release) is None  # it declares no release
     assert "MCP_SERVER_URL" not in os.environ
-    with running_environment(["python", str(script)], releases_workspaces=True):
-        assert get_settings().mcp_server_release is True
+    with running_environment(["python", str(script)], release="POST {base}/end/{episode_id}"):
+        assert configured_release(get_settings().mcp_server_release) == "POST {base}/end/{episode_id}"
     assert "MCP_SERVER_RELEASE" not in os.environ
     assert get_settings().mcp_server_url is None
 

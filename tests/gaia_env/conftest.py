@@ -144,7 +144,7 @@ def env_server(fakes: FakeServices, gaia_dir: Path) -> Iterator[RunningEnv]:
         env=env,
     )
     try:
-        printed = _read_lines(proc, 3, timeout=60)
+        printed = _read_lines(proc, 4, timeout=60)
         info = json.loads(printed[0])
         running = RunningEnv(
             url=f"http://{info['ip']}:{info['port']}/mcp",

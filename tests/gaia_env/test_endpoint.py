@@ -22,6 +22,7 @@ def test_serve_prints_the_seed_json_and_env_lines(env_server):
     assert len(info["token"]) >= 32  # random per start: no --token and no MCP_SERVER_TOKEN given
     assert env_server.printed[1] == f"MCP_SERVER_URL=http://127.0.0.1:{info['port']}/mcp"
     assert env_server.printed[2] == f"MCP_SERVER_TOKEN={info['token']}"
+    assert env_server.printed[3] == "MCP_SERVER_RELEASE='DELETE {base}/workspaces/{episode_id}'"
 
 
 async def test_health_needs_no_token(env_server):

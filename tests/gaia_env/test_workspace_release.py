@@ -16,8 +16,10 @@ from aworld_core import Agent, AgentConfig
 from aworld_core.errors import ConfigError
 from aworld_core.runtime.episode import run_episode
 from aworld_core.schemas import EpisodeStatus
-from aworld_core.tools.mcp_config import GAIA_ENV_RELEASE, get_agent_tool_env_and_servers, parse_mcp_config
+from aworld_core.settings import get_settings
+from aworld_core.tools.mcp_config import get_agent_tool_env_and_servers, parse_mcp_config
 from aworld_core.tools.mcp_release import base_of
+from aworld_gaia_env.plugin import RELEASE as GAIA_ENV_RELEASE
 from support.openai_stub import OpenAIStub, free_port, reply, tool_call
 
 LIST_FILES = "documents-txt__list_files"
@@ -31,7 +33,7 @@ def _live_episodes(env) -> set[str]:
 
 
 def _agent(env, stub: OpenAIStub, **config_changes) -> Agent:
-    config, names = get_agent_tool_env_and_servers(env.url, env.token, "documents-txt")
+    config, names = get_agent_tool_env_and_servers(env.url, env.token, "documents-txt", release=GAIA_ENV_RELEASE)
     config["mcpServers"][names[0]].update(config_changes)
     return Agent(
         "gaia",
@@ -52,13 +54,28 @@ def _seen_during(env, seen: dict[str, bool], episode: str):
     return answer
 
 
-def test_the_default_gaia_config_releases_workspaces(env_server):
-    config, names = get_agent_tool_env_and_servers(env_server.url, env_server.token, "wiki")
+def test_the_seed_helper_sends_the_release_serve_printed(env_server, tmp_path, monkeypatch):
+    """The seed's flow: serve's lines pasted into the agent side's .env, then
+    get_agent_tool_env_and_servers() with no arguments releases with the environment's request."""
+    for var in ("MCP_SERVER_URL", "MCP_SERVER_TOKEN", "MCP_SERVERS", "MCP_SERVER_RELEASE"):
+        monkeypatch.delenv(var, raising=False)
+        monkeypatch.delenv("AWORLD_" + var, raising=False)
+    (tmp_path / ".env").write_text("\n".join(env_server.printed[1:]) + "\n")
+    monkeypatch.chdir(tmp_path)
+    get_settings.cache_clear()
+    try:
+        config, names = get_agent_tool_env_and_servers(servers="wiki")
+    finally:
+        get_settings.cache_clear()
+    entry = config["mcpServers"][names[0]]
+    assert entry["url"] == env_server.url and entry["release"] == GAIA_ENV_RELEASE
+    config, names = get_agent_tool_env_and_servers(env_server.url, env_server.token, "wiki", release=GAIA_ENV_RELEASE)
     assert config["mcpServers"][names[0]]["release"] == GAIA_ENV_RELEASE
     parsed = parse_mcp_config(config).mcp_servers[names[0]]
     assert parsed.release == GAIA_ENV_RELEASE and parsed.release_timeout == 5.0
     assert base_of(env_server.url) == env_server.base
-    config, _ = get_agent_tool_env_and_servers(env_server.url, env_server.token, release_workspace=False)
+    config, _ = get_agent_tool_env_and_servers(env_server.url, env_server.token, release=GAIA_ENV_RELEASE,
+                                               release_workspace=False)
     assert "release" not in config["mcpServers"]["aworld-mcp"]
 
 

@@ -41,11 +41,14 @@ def agent_from_job(job: Any, settings: Any = None) -> Agent | Swarm:
     mcp_config = section.mcp_config
     mcp_servers = section.mcp_servers
     if mcp_config is None and getattr(settings, "mcp_server_url", None):
-        from aworld_core.tools.mcp_config import get_agent_tool_env_and_servers
+        from aworld_core.tools.mcp_config import configured_release, get_agent_tool_env_and_servers
 
+        # exactly the request the environment named (MCP_SERVER_RELEASE, exported by a job's
+        # environment from its spec); none when it named none
+        release = configured_release(getattr(settings, "mcp_server_release", None))
         mcp_config, names = get_agent_tool_env_and_servers(
             settings.mcp_server_url, settings.mcp_server_token, settings.mcp_servers,
-            release_workspace=bool(getattr(settings, "mcp_server_release", False)),
+            release=release, release_workspace=release is not None,
         )
         mcp_servers = mcp_servers or names
     values = {name: getattr(section, name) for name in AgentConfig.model_fields}  # every AgentConfig field

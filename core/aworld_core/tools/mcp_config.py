@@ -1,4 +1,4 @@
-"""The seed's MCP configuration, validated, and the GAIA-environment shortcut.
+"""The seed's MCP configuration, validated, and the seed's tool-environment shortcut.
 
 Form (as AWorld users write it)::
 
@@ -22,7 +22,7 @@ reused by later episodes (``mcp_tool_cache.ToolListCache``). ``session`` (``auto
 (``mcp_shared``): ``auto`` shares when the server speaks the stateless 2026 protocol.
 ``direct_calls`` (default true): on such a shared session a ``tools/call`` is sent as one POST by
 ``mcp_direct`` (the SDK's own wire, a third of its CPU); false sends every call through the SDK.
-``release`` (``"METHOD URL"``, e.g. ``"DELETE {base}/workspaces/{episode_id}"``; default none) is
+``release`` (``"METHOD URL"``, e.g. ``"DELETE {base}/sessions/{episode_id}"``; default none) is
 the request that tells the server an episode ended, sent once per episode whatever its outcome and
 bounded by ``release_timeout`` (seconds, default 5): ``mcp_release``.
 ``auth`` (``{"type": "oauth", "grant": ..., ...}``) signs in with OAuth 2.1 through the SDK
@@ -33,6 +33,8 @@ server's requests for user input; each is recorded with the tool call that cause
 
 from __future__ import annotations
 
+import logging
+import warnings
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
@@ -41,9 +43,12 @@ from aworld_core.errors import ConfigError, UsageError
 from aworld_core.secrets import is_env_ref, resolve_env_ref
 from aworld_core.tools.mcp_auth import SECRET_FIELDS, MCPAuthConfig
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_ENV_SERVER_NAME = "aworld-mcp"
-# the GAIA environment frees an episode's workspace and browser context on this request
-GAIA_ENV_RELEASE = "DELETE {base}/workspaces/{episode_id}"
+# MCP_SERVER_RELEASE's former boolean spellings (before it held the request itself)
+_FORMER_FALSE = frozenset({"", "0", "false", "no", "off"})
+_FORMER_TRUE = frozenset({"1", "true", "yes", "on"})
 
 _TYPE_ALIASES = {
     "streamable-http": "streamable-http",
@@ -252,6 +257,57 @@ def select_servers(config: MCPConfig, names: list[str] | None) -> dict[str, MCPS
     return {name: config.mcp_servers[name] for name in dict.fromkeys(names)}
 
 
+def configured_release(value: str | None) -> str | None:
+    """The release request that the ``MCP_SERVER_RELEASE`` setting ``value`` names; None for none.
+
+    Why a template and not a flag: the core must not know any environment's routes. The
+    environment says which request frees an episode (its ``EnvironmentSpec.release``, exported
+    by a job that runs it, or the line its serve command prints for a ``.env``), and agents send
+    exactly that. The setting was a boolean before; ``false``/``0`` still mean none, and
+    ``true``/``1`` is read, with a deprecation warning, as the release of the one installed
+    environment that declares one (refused, naming them, when that is not exactly one).
+    """
+    if value is None:
+        return None
+    text = str(value).strip()
+    if text.lower() in _FORMER_FALSE:
+        return None
+    if text.lower() in _FORMER_TRUE:
+        return _release_for_former_boolean(text)
+    from aworld_core.tools.mcp_release import parse_release
+
+    try:
+        parse_release(text)
+    except ValueError as exc:
+        raise UsageError(f"MCP_SERVER_RELEASE={text!r}: {exc}") from None
+    return text
+
+
+def _release_for_former_boolean(text: str) -> str:
+    from aworld_core.plugins import get_plugin_manager
+
+    declared = {
+        name: provided.spec.release
+        for name, provided in get_plugin_manager().catalog().items("environment").items()
+        if getattr(provided.spec, "release", None)
+    }
+    listed = "; ".join(f"{name}: MCP_SERVER_RELEASE='{release}'" for name, release in sorted(declared.items()))
+    if len(declared) != 1:
+        raise UsageError(
+            f"MCP_SERVER_RELEASE={text!r} is the former boolean form; it now holds the release request "
+            f"itself ('METHOD URL-template', as the environment's serve command prints it). "
+            + (f"Installed environments declare: {listed}." if declared else
+               "No installed environment declares one; set the request your MCP server takes, or "
+               "MCP_SERVER_RELEASE=false for none.")
+        )
+    (release,) = declared.values()
+    message = (f"MCP_SERVER_RELEASE={text!r} is deprecated (the former boolean form); read as the "
+               f"installed environment's release. Write it out instead: {listed}")
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    logger.warning(message)
+    return release
+
+
 def get_agent_tool_env_and_servers(
     url: str | None = None,
     token: str | None = None,
@@ -259,17 +315,19 @@ def get_agent_tool_env_and_servers(
     *,
     name: str = DEFAULT_ENV_SERVER_NAME,
     timeout: float = 600.0,
+    release: str | None = None,
     release_workspace: bool = True,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The seed's helper: an ``mcp_config`` for the GAIA tool environment and the server names.
+    """The seed's helper: an ``mcp_config`` for the tool environment and the server names.
 
     ``url``/``token``/``servers`` default to the ``MCP_SERVER_URL``, ``MCP_SERVER_TOKEN`` and
     ``MCP_SERVERS`` settings. The token goes in ``Authorization: Bearer``; ``servers`` (the
     environment's tool servers, e.g. ``readweb-server,wiki``) goes in the ``MCP_SERVERS`` header
     as a comma list, which the environment uses to pick the tools it offers.
-    ``release_workspace`` (default true) adds ``release`` (``GAIA_ENV_RELEASE``): each episode's
-    workspace and browser context are freed when the episode ends, not after the environment's
-    idle timeout; false for a server without the GAIA environment's ``/workspaces`` route.
+    ``release`` (``"METHOD URL-template"``) is the request that frees an episode's state on the
+    server at episode end; it defaults to the ``MCP_SERVER_RELEASE`` setting, which the GAIA
+    environment's serve command prints and a job's environment exports (``configured_release``).
+    ``release_workspace=False`` leaves any release out (a server without such a route).
     """
     from aworld_core.settings import get_settings
 
@@ -283,6 +341,10 @@ def get_agent_tool_env_and_servers(
             "no MCP server URL: set MCP_SERVER_URL (e.g. in .env, as printed by "
             "'python -m aworld_gaia_env serve') or pass url="
         )
+    if not release_workspace:
+        release = None
+    elif release is None:
+        release = configured_release(settings.mcp_server_release)
     headers: dict[str, str] = {}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -300,7 +362,7 @@ def get_agent_tool_env_and_servers(
                 "timeout": timeout,
                 "sse_read_timeout": timeout,
                 "client_session_timeout_seconds": timeout,
-                **({"release": GAIA_ENV_RELEASE} if release_workspace else {}),
+                **({"release": release} if release else {}),
             }
         }
     }

@@ -1,8 +1,8 @@
 """``python -m aworld_gaia_env serve``: start the environment and print how to reach it.
 
 Prints the seed's one-line JSON ``{"ip", "port", "token"}`` (after the port is bound, so a
-script that reads it can connect at once), then the ``MCP_SERVER_URL=`` / ``MCP_SERVER_TOKEN=``
-lines to paste into the agent side's ``.env``. That stdout handshake is the one place the token
+script that reads it can connect at once), then the ``MCP_SERVER_URL=`` / ``MCP_SERVER_TOKEN=`` /
+``MCP_SERVER_RELEASE=`` lines to paste into the agent side's ``.env``. That stdout handshake is the one place the token
 appears: it comes from the environment or a token file (``--token`` works but warns, argv being
 public), binding beyond loopback with a placeholder or short token is refused, and log records
 show it (and every API key of the settings) as ``***``.
@@ -170,7 +170,10 @@ def serve(args: argparse.Namespace) -> int:
     url_host = f"[{ip}]" if ":" in ip else ip
     print(json.dumps({"ip": ip, "port": port, "token": token}))
     print(f"MCP_SERVER_URL=http://{url_host}:{port}/mcp")
-    print(f"MCP_SERVER_TOKEN={token}", flush=True)
+    print(f"MCP_SERVER_TOKEN={token}")
+    from aworld_gaia_env.plugin import RELEASE
+
+    print(f"MCP_SERVER_RELEASE='{RELEASE}'", flush=True)  # quoted: the value has a space
     config = uvicorn.Config(
         env.asgi_app(),
         log_level=settings.log_level.lower(),

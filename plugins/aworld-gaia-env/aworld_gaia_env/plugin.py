@@ -5,6 +5,11 @@ from __future__ import annotations
 from aworld_core.hookspecs import hookimpl
 from aworld_core.specs import DatasetSpec, EnvironmentSpec, RewardSpec
 
+#: the request that frees an episode's workspace and browser context (the server's
+#: ``DELETE /workspaces/{episode}`` route), in mcp_config's ``release`` form; a job running this
+#: environment exports it as MCP_SERVER_RELEASE, and ``serve`` prints it for a ``.env``
+RELEASE = "DELETE {base}/workspaces/{episode_id}"
+
 
 @hookimpl
 def register_environments() -> list[EnvironmentSpec]:
@@ -13,7 +18,7 @@ def register_environments() -> list[EnvironmentSpec]:
             "gaia",
             "GAIA tools (documents, code, terminal, web, wiki, arxiv, media) on one MCP endpoint",
             serve_command=("python", "-m", "aworld_gaia_env", "serve"),
-            releases_workspaces=True,  # DELETE /workspaces/<episode> frees its workspace and browser
+            release=RELEASE,
         )
     ]
 
