@@ -38,7 +38,7 @@ def overrides(steps: int) -> dict[str, Any]:
         "torch_dtype": "float32", "use_vllm": "true", "vllm_mode": "server", "vllm_server_group_port": free_port(),
         "num_generations": 8, "per_device_train_batch_size": 64, "max_completion_length": 64,
         "max_steps": steps, "learning_rate": 2.0e-4, "lr_scheduler_type": "linear", "beta": 0.0,
-        "temperature": 1.0, "top_p": 1.0, "top_k": 0, "logging_steps": 1, "save_strategy": "'no'",  # quoted: YAML reads a bare no as false
+        "temperature": 1.0, "top_p": 1.0, "top_k": 0, "logging_steps": 1, "save_strategy": "no",
         "dataloader_num_workers": 0, "eval_strategy": "steps", "eval_steps": steps, "eval_on_start": "true",
         "per_device_eval_batch_size": 64,
         "rollout.port": free_port(), "rollout.vllm_max_model_len": 256, "rollout.vllm_enforce_eager": "true",
