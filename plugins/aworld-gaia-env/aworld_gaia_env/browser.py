@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import ipaddress
 import json
 import logging
 import os
 import re
 import shutil
+import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -697,23 +700,55 @@ class BrowserPool:
 
 
 class _PolicyResolver:
-    """An aiohttp resolver that applies the pool's address policy to every host the relayed
-    WebSockets connect to (a redirect during the handshake included), then resolves it."""
+    """An aiohttp resolver for the relayed WebSockets that resolves each host once and applies
+    the address policy to the very addresses it hands the connector (a redirect during the
+    handshake included).
 
-    def __init__(self, pool: BrowserPool):
+    Why once: checking a name with one lookup and connecting with another lets a name that
+    answers a public address first and a private one next (DNS rebinding) through the policy.
+    Here the addresses checked are the addresses connected to; ``GAIA_ENV_ALLOWED_HOSTS`` and
+    ``GAIA_ENV_ALLOW_PRIVATE_URLS`` are honoured as ``Services.check_public_url`` honours them.
+    (An IP literal never reaches a resolver: aiohttp connects to it as given, after
+    ``_route_ws``'s check of the URL, which for a literal is a check of that address.)
+    """
+
+    def __init__(self, pool: BrowserPool, resolver: Any = None):
         import aiohttp
 
         self._pool = pool
-        self._resolver = aiohttp.DefaultResolver()
+        self._resolver = resolver if resolver is not None else aiohttp.DefaultResolver()
 
-    async def resolve(self, host: str, port: int = 0, family: int = 0) -> list[dict[str, Any]]:
-        reason = await self._pool._refusal(f"http://{host}:{port}/" if port else f"http://{host}/")
-        if reason is not None:
-            raise OSError(f"refused: {reason}")
-        return await self._resolver.resolve(host, port, family)
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict[str, Any]]:
+        results = await self._resolver.resolve(host, port, family)
+        reason = address_refusal(self._pool.settings, host, port, [r["host"] for r in results])
+        if reason is not None:  # with an errno: aiohttp's connection error shows strerror only
+            raise OSError(errno.EACCES, f"refused: {reason}")
+        return results
 
     async def close(self) -> None:
         await self._resolver.close()
+
+
+def address_refusal(settings: GaiaEnvSettings, host: str, port: int, addresses: list[str]) -> str | None:
+    """Why ``host`` may not be connected to at ``addresses`` (what it resolved to); None: it may."""
+    if settings.allow_private_urls:
+        return None
+    allowed = {h.strip().lower() for h in settings.allowed_hosts.split(",") if h.strip()}
+    if host.lower() in allowed or f"{host.lower()}:{port}" in allowed:
+        return None
+    if not addresses:
+        return f"{host} resolves to no address"
+    for text in addresses:
+        try:
+            address = ipaddress.ip_address(text)
+        except ValueError:
+            return f"{host} resolves to {text!r}, which is not an IP address"
+        if not address.is_global:
+            return (
+                f"{host} resolves to the non-public address {address}; set GAIA_ENV_ALLOW_PRIVATE_URLS=true "
+                f"if this environment may reach private networks, or list the host in GAIA_ENV_ALLOWED_HOSTS"
+            )
+    return None
 
 
 def _frame_url(request: Any) -> str:
