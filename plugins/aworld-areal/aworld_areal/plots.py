@@ -11,9 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REWARD = "rollout/aworld/reward"
+# the reward of the rows each step trained (AReaL's own stat; a failed member's masked row carries its
+# group's mean, so it does not move it). rollout/aworld/reward is per group as it completes, which in
+# asynchronous training need not be the step that trains it (a step can complete none).
+REWARD = "ppo_actor/task_reward/avg"
 PANELS = (
-    (REWARD, "mean training reward"),
+    (REWARD, "mean reward of the trained batch"),
     ("rollout/aworld/tool_call_rate", "tool-call rate"),
     ("rollout/aworld/sampled_tokens", "sampled tokens per episode"),
     ("ppo_actor/update/version_stats/sample_staleness_theta_avg", "sample staleness (versions)"),
