@@ -194,6 +194,24 @@ def test_server_mode_plans_the_rollout_server_with_what_it_needs(tmp_path, monke
     assert "sk-never-on-a-command-line" not in text
 
 
+def test_the_rollout_server_renders_conversations_as_the_trainer_does(tmp_path):
+    """Every ms-swift template setting that shapes the tokens goes to the server too (the server renders
+    the prompts the trainer trains on); a canary for ms-swift adding one."""
+    import dataclasses
+
+    from swift.arguments.base_args.template_args import TemplateArguments
+
+    from aworld_swift.launch import TEMPLATE_KEYS, TEMPLATE_TRAINING_ONLY, rollout_args
+
+    assert set(TEMPLATE_KEYS) | set(TEMPLATE_TRAINING_ONLY) == {f.name for f in dataclasses.fields(TemplateArguments)}
+    job = load_job_config(_job_file(tmp_path, vllm_mode="server", template="qwen2_5", template_backend="jinja",
+                                    system="Be brief.", max_length=256, padding_free=True))
+    server = rollout_args(job, swift_args(job, tmp_path / "run"))
+    assert (server["template"], server["template_backend"], server["system"], server["max_length"]) == (
+        "qwen2_5", "jinja", "Be brief.", 256)
+    assert "padding_free" not in server
+
+
 def test_server_mode_launch_starts_the_rollout_server_by_default(tmp_path):
     """Launching starts the server the plan carries as data (command, its extra environment, log,
     start-up limit); the note says so, and no line is left for the user to run."""

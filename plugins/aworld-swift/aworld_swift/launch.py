@@ -67,6 +67,13 @@ PLUGIN_FILE = Path(__file__).resolve().with_name("swift_plugin.py")
 ADDITIVE = ("external_plugins", "callbacks")  # ours are kept when the user adds their own
 LOCAL_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+# ms-swift's TemplateArguments that decide how a conversation is rendered into tokens: the rollout
+# server renders the prompts the trainer trains on, so it gets the trainer's values (the others,
+# TEMPLATE_TRAINING_ONLY, shape only the trainer's batches); tests/swift checks the split is complete
+TEMPLATE_KEYS = ("template", "system", "max_length", "truncation_strategy", "max_pixels", "agent_template",
+                 "norm_bbox", "use_chat_template", "template_backend", "response_prefix", "enable_thinking",
+                 "preserve_thinking", "add_non_thinking_prefix", "disable_ignore_empty_think")
+TEMPLATE_TRAINING_ONLY = ("padding_side", "padding_free", "loss_scale", "sequence_parallel_size", "is_binary_loss_scale")
 SWIFT_GROUP_PORT = 51216  # ms-swift's VLLMClient: the weight-sync group's port when vllm_server_group_port is unset
 # server mode: ms-swift's rollout importance sampling on by default (the trainer is not the sampler:
 # another process, another kernel); backends.swift.rollout_importance_sampling_mode: null turns it off
@@ -122,7 +129,7 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
 def rollout_args(job: Any, args: dict[str, Any]) -> dict[str, Any]:
     """The ``swift rollout`` server's arguments in server mode: what it must share with the
     trainer (model, template, scheduler, plugins, turn limit, port), then ``backends.swift.rollout``."""
-    shared = ("model", "model_type", "template", "torch_dtype", "use_hf", "max_turns", "seed")
+    shared = ("model", "model_type", "model_revision", "torch_dtype", "use_hf", "max_turns", "seed", *TEMPLATE_KEYS)
     defaults: dict[str, Any] = {key: args.get(key) for key in shared}
     defaults.update({
         "external_plugins": [str(PLUGIN_FILE)],
