@@ -334,3 +334,38 @@ def test_a_rollout_server_that_dies_or_finds_its_port_taken_is_a_clear_error(tmp
             _server(tmp_path, HEALTH_SERVER, port).start()
         with pytest.raises(UsageError, match=r"weight-sync group's port .* is in use.*vllm_server_group_port"):
             _server(tmp_path, HEALTH_SERVER, free_port(), group_port=port).start()
+
+
+def test_a_failed_trainer_reports_the_rollout_servers_log_and_stops_it(tmp_path, monkeypatch):
+    """The trainer only sees the server's HTTP 500: the launch's error carries the server log's tail;
+    the server is stopped all the same."""
+    import aworld_core.launch
+    import aworld_swift.launch as swift_launch
+    from aworld_core.errors import AworldError
+    from aworld_core.vllm_server import free_port
+
+    monkeypatch.setenv("CHILD_PID_FILE", str(tmp_path / "child.pid"))
+    monkeypatch.setenv("AWORLD_TEST_MARK", "1")
+    job = load_job_config(_job_file(tmp_path, vllm_mode="server"))
+    plan = build_plan(job, tmp_path / "run")
+    port = free_port()
+    logged = HEALTH_SERVER.replace("import http.server", "print('MaxLengthError: row(675) > max_length(256)', flush=True)\n"
+                                   "import http.server")
+    plan.config["rollout_server"].update({"command": [sys.executable, "-c", logged, str(port)],
+                                          "args": {"host": "127.0.0.1", "port": port}})
+    plan.config["swift_args"]["vllm_server_group_port"] = [free_port()]
+    seen = []
+
+    def trainer_fails(plan, output_dir):  # type: ignore[no-untyped-def]
+        seen.append(plan.env["AWORLD_SWIFT_JOB"])
+        raise AworldError("backend 'swift' command failed with exit code 1")
+
+    monkeypatch.setattr(swift_launch, "write_datasets", lambda job, out: {})
+    monkeypatch.setattr(aworld_core.launch, "execute_plan", trainer_fails)
+    with pytest.raises(AworldError, match=r"(?s)exit code 1.*rollout server's log .* ends with.*MaxLengthError"):
+        swift_launch.launch(job, plan)
+    assert seen and (tmp_path / "run" / "job.json").is_file()  # written before the server started
+    import socket
+
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0  # stopped

@@ -51,7 +51,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from aworld_core.errors import ConfigError, UsageError
+from aworld_core.errors import AworldError, ConfigError, UsageError
 from aworld_core.schemas import LaunchPlan, TrainResult
 from aworld_core.secrets import public_job_dump, secret_environment
 from aworld_swift.rows import TEST_FILE, TRAIN_FILE
@@ -371,7 +371,14 @@ def launch(job: Any, plan: LaunchPlan) -> TrainResult:
     for stale in output_dir.glob(TRAJECTORIES_FILE.replace(".jsonl", "*.jsonl")):
         stale.unlink()  # ms-swift's processes append this run's episodes
     with rollout_server(plan, output_dir) as server:
-        result = execute_plan(plan, output_dir)
+        try:
+            result = execute_plan(plan, output_dir)
+        except AworldError as exc:
+            if server is None:
+                raise
+            # the trainer only sees "Server 0 failed: 500": the cause is in the server's log
+            raise AworldError(f"{exc}\nthe rollout server's log ({server.log_path}) ends with:\n"
+                              f"{server.log_tail(3000)}") from exc
     result.artifacts.update(datasets)
     if server is not None:
         result.artifacts["rollout_server_log"] = str(server.log_path)
