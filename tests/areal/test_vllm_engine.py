@@ -302,3 +302,29 @@ def test_canary_areals_fsdp_engine_packs_sequences_with_cu_seqlens_and_no_mask(t
     finally:
         AttentionInterface.register("sdpa", registered)
         packed_attention._installed = registered is packed_attention.packed_sdpa
+
+
+def test_canary_single_controller_workers_build_the_engine_class_by_its_import_path():
+    """In single-controller mode the ``RolloutController`` (built by ``ArealVllmEngine.as_controller``)
+    has its workers import the engine by ``module.name``, which names ours; they then ask its
+    backend to launch the server (``PlainVllmBackend.launch_server``) and reach it with its requests."""
+    from areal.infra.controller.rollout_controller import RolloutController
+
+    source = inspect.getsource(RolloutController)
+    assert 'engine=f"{engine_class.__module__}.{engine_class.__name__}"' in source
+    assert "launch_server" in source
+    assert f"{ArealVllmEngine.__module__}.{ArealVllmEngine.__name__}" == "aworld_areal.vllm_engine.ArealVllmEngine"
+    launch = inspect.getsource(RemoteInfEngine.launch_server)
+    assert 'server_args["port"] = find_free_ports(1)[0]' in launch and "self.backend.launch_server(server_args)" in launch
+
+
+def test_the_cpu_workers_run_areals_rpc_server_with_the_cpu_fixes(tmp_path, monkeypatch):
+    monkeypatch.setattr("aworld_areal.config._gpu", lambda: False)
+    launch = build_areal_launch(_job(tmp_path, mode="single_controller"), tmp_path / "out")
+    (spec,) = launch.config["actor"]["scheduling_spec"]
+    assert spec["cmd"] == "python3 -m aworld_areal.rpc_server" and spec["gpu"] == 0
+    from areal.infra.rpc import rpc_server
+
+    import aworld_areal.rpc_server as worker
+
+    assert callable(rpc_server.main) and "rpc_server.main()" in inspect.getsource(worker.main)

@@ -123,15 +123,7 @@ def default_areal_config(job: Any, output_dir: Path) -> dict[str, Any]:
     fileroot = str(Path(output_dir).resolve() / "areal")
     names = {"experiment_name": "${experiment_name}", "trial_name": "${trial_name}"}
     files = {**names, "fileroot": "${cluster.fileroot}"}
-    worker = {
-        "task_type": "worker",
-        "port_count": 2,
-        "gpu": 1,
-        "cpu": 4,
-        "mem": 32,
-        "cmd": "python3 -m areal.infra.rpc.rpc_server",
-        "env_vars": {},
-    }
+    worker = worker_spec(gpu=1, cpu=4, mem=32)
     config: dict[str, Any] = {
         "experiment_name": areal_experiment_name(job.name),
         "trial_name": TRIAL_NAME,
@@ -311,6 +303,23 @@ class ArealLaunch:
 CPU_TOKENS_PER_MB = 16384
 
 
+AREAL_WORKER = "python3 -m areal.infra.rpc.rpc_server"
+CPU_WORKER = "python3 -m aworld_areal.rpc_server"  # AReaL's worker with the CPU fixes (aworld_areal.rpc_server)
+
+
+def worker_spec(*, gpu: int, cpu: int, mem: int, cmd: str = AREAL_WORKER) -> dict[str, Any]:
+    """One AReaL worker's scheduling spec (single-controller mode: what the scheduler starts)."""
+    return {
+        "task_type": "worker",
+        "port_count": 2,
+        "gpu": gpu,
+        "cpu": cpu,
+        "mem": mem,
+        "cmd": cmd,
+        "env_vars": {},
+    }
+
+
 def external_server_defaults(gpu: bool) -> dict[str, Any]:
     """What rolling out on a plain vLLM server changes in the defaults: AReaL's vLLM client, disk
     weight updates (the only kind plain vLLM takes), one trainer process; without a GPU also the
@@ -322,7 +331,8 @@ def external_server_defaults(gpu: bool) -> dict[str, Any]:
     }
     if not gpu:
         defaults["cluster"] = {"n_gpus_per_node": 0}
-        defaults["actor"].update({"dtype": "float32", "gradient_checkpointing": False, "attn_impl": "sdpa"})
+        defaults["actor"].update({"dtype": "float32", "gradient_checkpointing": False, "attn_impl": "sdpa",
+                                  "scheduling_spec": [worker_spec(gpu=0, cpu=1, mem=4, cmd=CPU_WORKER)]})
     return defaults
 
 

@@ -184,11 +184,12 @@ def server_notes(launch: Any, log: Path) -> list[str]:
     spec = launch.server
     if spec.url:
         return [f"vLLM server: {spec.url} (running; nothing is started or stopped)"]
-    who = ("aworld_areal.train starts it before AReaL's trainer and stops it when the run ends"
-           if launch.mode == SPMD else "AReaL's rollout worker starts it (launch_server) and tears it down")
+    spmd = launch.mode == SPMD
+    who = ("aworld_areal.train starts it before AReaL's trainer and stops it when the run ends" if spmd else
+           "AReaL's rollout worker starts it (launch_server) on the host and port AReaL picks, and tears it down")
     added = spec.child_env({})
     return [
         f"vLLM server ({who}; log {log}):",
-        "  " + shlex.join(spec.argv(spec.port)),
+        "  " + shlex.join(spec.argv(spec.port)) + ("" if spmd else "   (--host/--port: AReaL's)"),
         "  its environment adds: " + " ".join(f"{k}={v}" for k, v in sorted(added.items())),
     ]
