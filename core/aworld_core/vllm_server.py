@@ -306,6 +306,23 @@ class VllmWeightSync:
             shutil.rmtree(target, ignore_errors=True)
 
 
+def wait_for_url(base_url: str, timeout_s: float) -> float:
+    """Wait until a server (started elsewhere) answers ``GET /health`` with 200; returns the
+    seconds waited. ``AworldError`` after ``timeout_s``."""
+    started = time.monotonic()
+    url = f"{base_url.rstrip('/')}/health"
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                if resp.status == 200:
+                    return time.monotonic() - started
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            pass
+        if time.monotonic() - started > timeout_s:
+            raise AworldError(f"the vLLM server at {base_url} did not answer /health within {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
 def write_safetensors(tensors: Mapping[str, Any] | Iterable[tuple[str, Any]], path: str | Path, *,
                       tied_embeddings: bool = False) -> Path:
     """One safetensors file of CPU copies; tied weights get their own tensors (safetensors wants one

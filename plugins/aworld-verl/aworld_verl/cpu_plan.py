@@ -145,6 +145,7 @@ def external_overrides(spec: VllmServerSpec) -> dict[str, Any]:
         f"{key}.urls": [server_url(spec)],
         f"{key}.served_model_name": spec.served_model_name,
         f"{key}.request_timeout_s": spec.request_timeout_s,
+        f"{key}.startup_timeout_s": spec.startup_timeout_s,
     }
 
 

@@ -26,7 +26,9 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,15 +141,18 @@ def launch_external(job: Any, plan: LaunchPlan, output_dir: Path, datasets: dict
     before = after = None
     previous = _terminate_on_sigterm()
     try:
-        server.spawn()  # vLLM loads while the evaluation before training runs
+        # vLLM loads while the evaluation before training runs and while main_ppo starts Ray and its
+        # workers (the first weight sync waits for /health); a server that dies stops the run
+        server.spawn()
+        ready = _ReadyWatch(server).start()
         if test and options.eval_before:
             before = evaluate_model(job, plan, options, job.resolve_path(job.model.path), test, output_dir, "before")
-        server.wait_ready()
-        if server.managed:
-            metrics["vllm_start_seconds"] = round(server.startup_s, 1)
         trained = time.perf_counter()
-        returncode = run_command(plan.command, cwd=plan_cwd(plan, output_dir), env={**os.environ, **plan.env})
+        returncode = run_command(plan.command, cwd=plan_cwd(plan, output_dir), env={**os.environ, **plan.env},
+                                 watch=ready.failure)
         metrics["main_ppo_seconds"] = round(time.perf_counter() - trained, 1)
+        if server.managed and ready.seconds is not None:
+            metrics["vllm_start_seconds"] = round(ready.seconds, 1)
         if returncode != 0:
             raise AworldError(f"backend 'verl' command failed with exit code {returncode}: "
                               f"{shlex.join(plan.command[:3])} ... (the rollout server's log: {server.log_path})")
@@ -167,14 +172,49 @@ def launch_external(job: Any, plan: LaunchPlan, output_dir: Path, datasets: dict
     return TrainResult(backend="verl", output_dir=str(output_dir), metrics=metrics, artifacts=artifacts)
 
 
-def run_command(command: list[str], *, cwd: Path, env: dict[str, str], grace_s: float = 30.0) -> int:
+class _ReadyWatch:
+    """Waits for the rollout server's ``/health`` in a thread: ``seconds`` once it answers,
+    ``failure()`` the error once it died or never answered (``main_ppo`` is then stopped)."""
+
+    def __init__(self, server: VllmServer):
+        self.server = server
+        self.seconds: float | None = None
+        self.error: Exception | None = None
+        self.thread = threading.Thread(target=self._wait, name="vllm-ready", daemon=True)
+
+    def start(self) -> _ReadyWatch:
+        self.thread.start()
+        return self
+
+    def _wait(self) -> None:
+        try:
+            self.seconds = self.server.wait_ready().startup_s
+        except Exception as exc:  # reported through failure() to the thread running main_ppo
+            self.error = exc
+
+    def failure(self) -> Exception | None:
+        if self.error is None and self.seconds is not None and self.server.proc is not None \
+                and self.server.proc.poll() is not None:
+            self.error = AworldError(f"the vLLM server exited with code {self.server.proc.returncode} while main_ppo "
+                                     f"ran (log {self.server.log_path}):\n{self.server.log_tail()}")
+        return self.error
+
+
+def run_command(command: list[str], *, cwd: Path, env: dict[str, str], grace_s: float = 30.0,
+                watch: Callable[[], Exception | None] | None = None) -> int:
     """Run ``main_ppo`` in its own process group; if this process is stopped (Ctrl-C, or SIGTERM
-    while ``launch_external`` runs) the group (the driver and the Ray processes it started) gets
-    SIGTERM, then SIGKILL after ``grace_s``, and the interruption goes on up (so the rollout
-    server is stopped too)."""
+    while ``launch_external`` runs), or ``watch()`` returns an error (the rollout server died),
+    the group (the driver and the Ray processes it started) gets SIGTERM, then SIGKILL after
+    ``grace_s``, and the interruption (or the error) goes on up."""
     proc = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True)
     try:
-        return proc.wait()
+        while True:
+            try:
+                return proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                error = watch() if watch is not None else None
+                if error is not None:
+                    raise error from None
     except BaseException:
         _stop_group(proc, grace_s)
         raise
@@ -196,8 +236,6 @@ def _stop_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
 def _terminate_on_sigterm() -> Any:
     """SIGTERM becomes ``SystemExit`` here (Python's default ends the process without ``finally``,
     which would leave the rollout server and Ray running); only in the main thread."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return None
 

@@ -70,6 +70,8 @@ class ExternalSettings(BaseModel):
         "for remote servers); default: /dev/shm (else the temporary directory)."
     )
     request_timeout_s: float = Field(default=600.0, gt=0)
+    startup_timeout_s: float = Field(default=600.0, gt=0, description="How long the first weight sync waits "
+                                     "for each server's /health (a launch starts the server beside the trainer).")
     max_model_len: int | None = Field(default=None, ge=1, description="Default: rollout.max_model_len, else "
                                       "prompt_length + response_length.")
     record: str | None = Field(default=None, description="Append every generation (ids in and out, logprobs, "
@@ -363,8 +365,13 @@ class ExternalVllmAdapter(BaseRollout):
                     len(self.settings.urls), time.perf_counter() - started)
 
     def _write_and_reload(self, tensors: dict[str, torch.Tensor]) -> None:
-        from aworld_core.vllm_server import VllmWeightSync, scratch_root, write_safetensors
+        from aworld_core.vllm_server import VllmWeightSync, scratch_root, wait_for_url, write_safetensors
 
+        if self.syncs == 0:  # the first sync (at start) may come while the servers still load
+            for url in self.settings.urls:
+                waited = wait_for_url(url, self.settings.startup_timeout_s)
+                if waited > 1:
+                    logger.info("external_vllm: waited %.0fs for %s", waited, url)
         root = self.settings.weights_dir or scratch_root()
         if root:
             os.makedirs(root, exist_ok=True)
