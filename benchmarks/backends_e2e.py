@@ -14,6 +14,8 @@ metrics file the backend writes live and stamps each training step as it lands:
 * held-out accuracy after training (the backend's greedy evaluation of its trained checkpoint).
 
 Rows: one function per backend (``BACKENDS``); a later backend adds its function and its entry.
+AReaL has two rows: its default staleness bound (``max_head_offpolicyness: 2``, rollouts run ahead of
+the trained policy) and ``areal-s0`` (0: none do), side by side.
 
     .venv/bin/python benchmarks/backends_e2e.py                    # trl and verl, 30 steps each
     .venv/bin/python benchmarks/backends_e2e.py --steps 40 --backends verl --heldout 50
@@ -37,7 +39,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 DEMO_JOB = REPO / "examples" / "cpu_grpo_demo" / "job.yaml"
 PYTHONS = {"trl": REPO / ".venv" / "bin" / "python", "verl": REPO / ".venvs" / "verl" / "bin" / "python",
-           "swift": REPO / ".venvs" / "swift-vllm" / "bin" / "python"}
+           "swift": REPO / ".venvs" / "swift-vllm" / "bin" / "python",
+           "areal": REPO / ".venvs" / "areal" / "bin" / "python"}
 VLLM_PYTHON = REPO / ".venvs" / "vllm" / "bin" / "python"
 
 
@@ -101,19 +104,21 @@ class StepWatch:
 
 
 def _run(backend: str, ctx: Context, overrides: dict[str, Any], metrics_file: str,
-         parse: Callable[[dict[str, Any]], tuple[int, float] | None]) -> Row:
-    """Run the demo job through ``backend`` with ``overrides``; fill a row from the live metrics."""
-    out = ctx.out / backend
-    row = Row(backend)
+         parse: Callable[[dict[str, Any]], tuple[int, float] | None], name: str | None = None) -> Row:
+    """Run the demo job through ``backend`` with ``overrides``; fill a row (``name``: the row's and
+    its output's name, default the backend's) from the live metrics."""
+    name = name or backend
+    out = ctx.out / name
+    row = Row(name)
     args = [str(PYTHONS[backend]), "-m", "aworld_core.run", "--backend", backend, "--config", str(DEMO_JOB),
             f"output_dir={out}", f"model.path={ctx.model}", f"test_dataset.options.n={ctx.heldout}",
             *[f"{k}={v}" for k, v in overrides.items()]]
     t0 = time.perf_counter()
-    with StepWatch(out / metrics_file, parse, t0) as watch, open(ctx.out / f"{backend}.log", "w") as log:
+    with StepWatch(out / metrics_file, parse, t0) as watch, open(ctx.out / f"{name}.log", "w") as log:
         proc = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     row.wall_s = time.perf_counter() - t0
     if proc.returncode != 0:
-        row.error = f"exit {proc.returncode} (log: {ctx.out / f'{backend}.log'})"
+        row.error = f"exit {proc.returncode} (log: {ctx.out / f'{name}.log'})"
     steps = sorted(watch.stamps)
     times = [watch.stamps[s][0] for s in steps]
     row.rewards = [watch.stamps[s][1] for s in steps]
@@ -167,7 +172,33 @@ def run_swift(ctx: Context) -> Row:
     return row
 
 
-BACKENDS: dict[str, Callable[[Context], Row]] = {"trl": run_trl, "verl": run_verl, "swift": run_swift}
+def _areal(ctx: Context, name: str, offpolicyness: int | None) -> Row:
+    overrides: dict[str, Any] = {"backends.areal.total_train_steps": ctx.steps,
+                                 "backends.areal.vllm_server.python": str(VLLM_PYTHON)}
+    if offpolicyness is not None:
+        overrides["backends.areal.rollout.max_head_offpolicyness"] = offpolicyness
+
+    def parse(record: dict[str, Any]) -> tuple[int, float] | None:  # aworld_areal.run's file, AReaL's stats
+        reward = record.get("ppo_actor/task_reward/avg")  # the reward of the rows the step trained
+        return (int(record["step"]), float(reward)) if reward is not None else None
+
+    return _run("areal", ctx, overrides, "metrics.jsonl", parse, name=name)
+
+
+def run_areal(ctx: Context) -> Row:
+    """aworld-areal: AReaL's own PPOTrainer (SPMD, FSDP on gloo, asynchronous with its default
+    max_head_offpolicyness 2) with plain vLLM's CPU build as the rollout server, disk weight
+    updates every step (docs/backend-areal.md, "On a CPU")."""
+    return _areal(ctx, "areal", None)
+
+
+def run_areal_sync(ctx: Context) -> Row:
+    """The same with ``rollout.max_head_offpolicyness: 0``: no rollout runs ahead of the policy."""
+    return _areal(ctx, "areal-s0", 0)
+
+
+BACKENDS: dict[str, Callable[[Context], Row]] = {"trl": run_trl, "verl": run_verl, "swift": run_swift,
+                                                 "areal": run_areal, "areal-s0": run_areal_sync}
 
 
 # -- the table --------------------------------------------------------------------------------------
@@ -235,7 +266,7 @@ def main() -> None:
                   window=args.window)
     rows = []
     for name in names:
-        print(f"running {name} ({PYTHONS[name]}) ...", flush=True)
+        print(f"running {name} ({PYTHONS[name.split('-')[0]]}) ...", flush=True)
         rows.append(BACKENDS[name](ctx))
         print(f"  {name}: {rows[-1].wall_s:.0f}s", flush=True)
     print_table(rows, ctx)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -166,6 +167,7 @@ def test_the_cpu_plan_is_spmd_on_a_plain_vllm_server_with_every_variable(tmp_pat
     env = plan.env
     assert {k: env[k] for k in ("AREAL_SPMD_MODE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")} == {
         "AREAL_SPMD_MODE": "1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    assert env.get("TORCHDYNAMO_DISABLE") == os.environ.get("TORCHDYNAMO_DISABLE", "1") or "TORCHDYNAMO_DISABLE" in os.environ
     spec = json.loads(plan.files[SERVER_FILE])
     assert env["AREAL_LLM_SERVER_ADDRS"] == f"127.0.0.1:{spec['port']}" and env[SPEC_ENV] == str(out / SERVER_FILE)
     assert spec["python"] == str(tmp_path / "vllm-python") and spec["model"] == str(tmp_path / "model")

@@ -95,11 +95,16 @@ def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
     files: dict[str, str] = {}
     if launch.mode == SPMD:
         notes.append("AReaL SPMD mode: this command is the one trainer process (rank 0 of 1); no scheduler")
-        env.update(spmd_env(launch.server_address, gpu=launch.gpu))
+        env.update(spmd_env(launch.server_address))
     else:
         notes.append(
             f"AReaL scheduler: {config['scheduler']['type']} (single-controller mode; this command is the controller)"
         )
+    if not launch.gpu and "TORCHDYNAMO_DISABLE" not in os.environ:
+        # AReaL wraps its logprob gathering in torch.compile, which on a CPU compiles C++ for every
+        # new batch shape (the first step of a tiny model took 78 s instead of ~3 s on this project's
+        # 2-core machine); eager is faster for the models a CPU trains. Workers inherit it.
+        env["TORCHDYNAMO_DISABLE"] = "1"
     if launch.server is not None:
         files[SERVER_FILE] = launch.server.model_dump_json(indent=2) + "\n"
         env[SPEC_ENV] = str(out / SERVER_FILE)
@@ -149,14 +154,9 @@ def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
     )
 
 
-def spmd_env(server_address: str | None, *, gpu: bool = True) -> dict[str, str]:
+def spmd_env(server_address: str | None) -> dict[str, str]:
     """The environment AReaL's SPMD mode reads (what its launcher and ``torchrun`` would set for
-    one trainer process), and where the rollout server is.
-
-    Without a GPU also ``TORCHDYNAMO_DISABLE=1`` (unless set already): AReaL wraps its logprob
-    gathering in ``torch.compile``, which on a CPU compiles C++ for every new batch shape (the first
-    step of a tiny model took 78 s instead of ~1 s on this project's 2-core machine); eager is faster
-    for the models a CPU trains."""
+    one trainer process), and where the rollout server is."""
     from aworld_core.vllm_server import free_port
 
     env = {
@@ -170,8 +170,6 @@ def spmd_env(server_address: str | None, *, gpu: bool = True) -> dict[str, str]:
     }
     if server_address:
         env["AREAL_LLM_SERVER_ADDRS"] = server_address
-    if not gpu and "TORCHDYNAMO_DISABLE" not in os.environ:
-        env["TORCHDYNAMO_DISABLE"] = "1"
     return env
 
 
