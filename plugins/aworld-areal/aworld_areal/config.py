@@ -485,8 +485,9 @@ def build_areal_launch(job: Any, output_dir: Path) -> ArealLaunch:
             defaults.pop("scheduler", None)
     config = deep_merge(defaults, section)
     if server_section is not None and not gpu and "mb_spec" not in (section.get("actor") or {}):
-        # a CPU trains small models: one micro-batch per step instead of one per context length
-        # (the demo's 64 episodes of ~40 tokens made 11 micro-batches of 256 and a 10x slower step)
+        # a CPU trains small models: one micro-batch per step instead of one per context length (the
+        # demo's 64 episodes of ~40 tokens made 11 micro-batches of 256, each a forward and backward);
+        # and room above the context for the tool tokens after a row's last turn (docs: "Context")
         max_tokens = config.get("gconfig", {}).get("max_tokens")
         if isinstance(max_tokens, int):
             config["actor"]["mb_spec"] = {"max_tokens_per_mb": max(max_tokens, CPU_TOKENS_PER_MB)}
