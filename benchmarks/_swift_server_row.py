@@ -6,8 +6,9 @@ swift`` in ``.venvs/swift-vllm``, as a user launches it: the launch starts ``swi
 (vLLM's CPU build; the episodes run there against the demo's calculator MCP server), runs ``swift
 rlhf --vllm_mode server`` (weights synced to the server over TCP before every step) and stops the
 server. The demo's GRPO settings (8 prompts x 8 generations, lr 2e-4 linear, no KL, temperature 1,
-64 new tokens); its own chat format (``template_backend: jinja``: ms-swift's ``qwen2_5`` template
-would list the tools in a system block longer than the demo model's 256 positions). Held-out
+64 new tokens); its own chat format (``template: chatml, template_backend: jinja, agent_template:
+hermes`` renders exactly what the demo model was warm-started on; ms-swift's ``qwen2_5`` adds its
+default system prompt and lists the tools in a system block longer than the model's 256 positions). Held-out
 accuracy is ms-swift's evaluation of the job's test set (``eval_on_start`` and after the last
 step: the mean ``exact_answer`` reward, i.e. the accuracy), read from its ``logging.jsonl``.
 """
@@ -34,7 +35,7 @@ def free_port() -> int:
 def overrides(steps: int) -> dict[str, Any]:
     """``key=value`` overrides of the demo job for ms-swift server mode (ports picked free now)."""
     swift: dict[str, Any] = {
-        "model_type": "qwen2", "template": "qwen2_5", "template_backend": "jinja", "tuner_type": "full",
+        "model_type": "qwen2", "template": "chatml", "template_backend": "jinja", "agent_template": "hermes", "tuner_type": "full",
         "torch_dtype": "float32", "use_vllm": "true", "vllm_mode": "server", "vllm_server_group_port": free_port(),
         "num_generations": 8, "per_device_train_batch_size": 64, "max_completion_length": 64,
         "max_steps": steps, "learning_rate": 2.0e-4, "lr_scheduler_type": "linear", "beta": 0.0,
