@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,22 +66,50 @@ def test_the_secrets_of_a_job_and_their_references(tmp_path: Path) -> None:
     found = {s.env: s.path for s in job_secrets(job)}
     assert found == {
         "LLM_API_KEY": ("agent", "llm_api_key"),
-        "AWORLD_MCP_TOKEN_GAIA_ENV": ("agent", "mcp_config", "mcpServers", "gaia-env", "headers", "Authorization"),
-        "AWORLD_MCP_LOCAL_ENV_SERVICE_API_KEY": ("agent", "mcp_config", "mcpServers", "local", "env", "SERVICE_API_KEY"),
+        "AWORLD_MCP_TOKEN_GAIA_ENV": (
+            "agent",
+            "mcp_config",
+            "mcpServers",
+            "gaia-env",
+            "headers",
+            "Authorization",
+        ),
+        "AWORLD_MCP_LOCAL_ENV_SERVICE_API_KEY": (
+            "agent",
+            "mcp_config",
+            "mcpServers",
+            "local",
+            "env",
+            "SERVICE_API_KEY",
+        ),
     }
     dump = public_job_dump(job)
     servers = dump["agent"]["mcp_config"]["mcpServers"]
-    assert servers["gaia-env"]["headers"] == {"Authorization": {"env": "AWORLD_MCP_TOKEN_GAIA_ENV"}, "MCP_SERVERS": "wiki"}
-    assert servers["local"]["env"] == {"SERVICE_API_KEY": {"env": "AWORLD_MCP_LOCAL_ENV_SERVICE_API_KEY"}, "MODE": "x"}
+    assert servers["gaia-env"]["headers"] == {
+        "Authorization": {"env": "AWORLD_MCP_TOKEN_GAIA_ENV"},
+        "MCP_SERVERS": "wiki",
+    }
+    assert servers["local"]["env"] == {
+        "SERVICE_API_KEY": {"env": "AWORLD_MCP_LOCAL_ENV_SERVICE_API_KEY"},
+        "MODE": "x",
+    }
     assert "llm_api_key" not in dump["agent"]
     assert_clean(json.dumps(dump), "the public dump")
-    assert job.agent.mcp_config["mcpServers"]["gaia-env"]["headers"]["Authorization"] == f"Bearer {TOKEN}"  # untouched
+    assert (
+        job.agent.mcp_config["mcpServers"]["gaia-env"]["headers"]["Authorization"] == f"Bearer {TOKEN}"
+    )  # untouched
 
 
-def test_a_reference_resolves_from_the_environment_or_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    config = {"mcpServers": {"s": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": {"env": "T_REF"}}}}}
+def test_a_reference_resolves_from_the_environment_or_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = {
+        "mcpServers": {"s": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": {"env": "T_REF"}}}}
+    }
     monkeypatch.delenv("T_REF", raising=False)
-    with pytest.raises(Exception, match="headers.Authorization refers to the environment variable T_REF, which is not set"):
+    with pytest.raises(
+        Exception, match="headers.Authorization refers to the environment variable T_REF, which is not set"
+    ):
         parse_mcp_config(config)
     monkeypatch.setenv("T_REF", f"Bearer {TOKEN}")
     server = parse_mcp_config(config).mcp_servers["s"]
@@ -95,6 +124,8 @@ def test_every_backends_plan_files_argv_and_printed_plan_hold_no_secret(
     """The real plugins' plan_launch (planning needs no framework): files, command, environment,
     entry-point arguments and the printed plan carry references; the workers resolve them from
     the environment the launch exports."""
+    if backend == "verl":  # on a CPU verl's plan names the interpreter of its vLLM rollout server
+        monkeypatch.setenv("AWORLD_VLLM_PYTHON", sys.executable)
     job = load_job_config(data={**job_data(tmp_path), "output_dir": str(tmp_path / "out")})
     job = job.model_copy(update={"backend": backend})
     plan, output_dir = plan_job(backend, job)
@@ -111,7 +142,9 @@ def test_every_backends_plan_files_argv_and_printed_plan_hold_no_secret(
     assert "AWORLD_MCP_TOKEN_GAIA_ENV" in printed
 
     # a worker: the job file as the backend's processes read it, with the launch's environment
-    job_file = next(Path(p) for p in written.values() if Path(p).suffix in (".json", ".yaml") and "job" in Path(p).name)
+    job_file = next(
+        Path(p) for p in written.values() if Path(p).suffix in (".json", ".yaml") and "job" in Path(p).name
+    )
     text = job_file.read_text()
     data = json.loads(text) if job_file.suffix == ".json" else yaml.safe_load(text)
     for name, value in secret_environment(job).items():
@@ -130,13 +163,18 @@ def test_dry_run_prints_no_key_even_one_typed_as_an_override(backend: str, tmp_p
     result = run_cli("--backend", backend, "--config", str(tmp_path / "job.yaml"), "--dry-run",
                      f"agent.llm_api_key={KEY}", f"output_dir={tmp_path / 'out'}")  # fmt: skip
     assert_clean(result.stdout + result.stderr, "the dry run's output")
-    assert "agent.llm_api_key was given on the command line" in result.stderr and "LLM_API_KEY" in result.stderr
+    assert (
+        "agent.llm_api_key was given on the command line" in result.stderr and "LLM_API_KEY" in result.stderr
+    )
     spec = importlib.util.find_spec(backend)
     if spec is None or spec.origin is None:  # a dry-run refuses a missing framework as a launch does
         assert result.returncode == 2 and f"needs the '{backend}' framework" in result.stderr
         return
     assert result.returncode == 0, result.stderr
-    assert "env: AWORLD_MCP_TOKEN_GAIA_ENV" in result.stdout or '"env": "AWORLD_MCP_TOKEN_GAIA_ENV"' in result.stdout
+    assert (
+        "env: AWORLD_MCP_TOKEN_GAIA_ENV" in result.stdout
+        or '"env": "AWORLD_MCP_TOKEN_GAIA_ENV"' in result.stdout
+    )
 
 
 def test_a_bad_key_value_is_not_echoed_in_the_error(tmp_path: Path) -> None:
@@ -182,7 +220,9 @@ def plan_launch(backend, job, output_dir):
 def test_a_launched_command_gets_secrets_through_its_environment_not_argv(tmp_path: Path) -> None:
     site = tmp_path / "site"
     make_dist(site, "aworld-probe", "1.0.0", {"probe": "aworld_probe"}, {"aworld_probe.py": PROBE_PLUGIN})
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump({**job_data(tmp_path), "output_dir": str(tmp_path / "out")}))
+    (tmp_path / "job.yaml").write_text(
+        yaml.safe_dump({**job_data(tmp_path), "output_dir": str(tmp_path / "out")})
+    )
     result = run_cli("--backend", "probe", "--config", str(tmp_path / "job.yaml"), site=site,
                      env={"AWORLD_LOG_LEVEL": "DEBUG"})  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -210,11 +250,15 @@ def test_registered_secrets_are_masked_in_every_log_record(caplog: pytest.LogCap
             log.exception("request failed")
     text = caplog.text + "".join(r.getMessage() for r in caplog.records)
     assert_clean(text, "the log")
-    assert "***" in caplog.records[0].getMessage() and "http://127.0.0.1:9/mcp" in caplog.records[0].getMessage()
+    assert (
+        "***" in caplog.records[0].getMessage() and "http://127.0.0.1:9/mcp" in caplog.records[0].getMessage()
+    )
     assert "RuntimeError: 401 for key ***" in caplog.text
 
 
-def test_a_secret_factory_option_travels_by_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_secret_factory_option_travels_by_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from aworld_core.agents.factory import agent_from_job
 
     (tmp_path / "fac.py").write_text(
@@ -222,13 +266,22 @@ def test_a_secret_factory_option_travels_by_reference(tmp_path: Path, monkeypatc
         "def make(api_key, mode):\n"
         "    return Agent(name=f'{mode}-' + ('right' if api_key == 'opt-SECRET-0123456789' else 'wrong'))\n"
     )
-    job = load_job_config(data={"agent": {"factory": f"{tmp_path / 'fac.py'}:make",
-                                          "options": {"api_key": "opt-SECRET-0123456789", "mode": "m"}}})
+    job = load_job_config(
+        data={
+            "agent": {
+                "factory": f"{tmp_path / 'fac.py'}:make",
+                "options": {"api_key": "opt-SECRET-0123456789", "mode": "m"},
+            }
+        }
+    )
     dump = public_job_dump(job)
     assert dump["agent"]["options"] == {"api_key": {"env": "AWORLD_AGENT_OPTION_API_KEY"}, "mode": "m"}
     worker_job = load_job_config(data=dump)
     monkeypatch.delenv("AWORLD_AGENT_OPTION_API_KEY", raising=False)
-    with pytest.raises(Exception, match="agent.options.api_key refers to the environment variable AWORLD_AGENT_OPTION_API_KEY"):
+    with pytest.raises(
+        Exception,
+        match="agent.options.api_key refers to the environment variable AWORLD_AGENT_OPTION_API_KEY",
+    ):
         agent_from_job(worker_job)
     monkeypatch.setenv("AWORLD_AGENT_OPTION_API_KEY", secret_environment(job)["AWORLD_AGENT_OPTION_API_KEY"])
     assert agent_from_job(worker_job).name == "m-right"
