@@ -2,6 +2,15 @@
 
 Public names are imported lazily (PEP 562), so ``import aworld_core`` stays fast and never
 imports torch, transformers or an RL framework.
+
+The plugin API (what a plugin or an example may import; everything else is private and may change
+without notice) is ``aworld_core.plugin_api.PUBLIC_MODULES``: this module's ``__all__``, the worker
+kit ``aworld_core.worker``, the contract modules ``hookspecs``, ``specs``, ``config``, ``schemas``,
+``errors``, the launcher side ``launch``, ``vllm_server``, ``evaluate``, ``plots``, the process
+rules ``secrets`` and ``offline``, the front doors of ``agents``, ``llm``, ``tokens``,
+``datasets``, ``rewards``, ``export``, ``trajectories``, ``gateway``, ``service``, the test kit
+``testing``, and the command lines' ``main``. ``make test`` holds every plugin and example to it;
+docs/writing-a-plugin.md ("The plugin API") lists it.
 """
 
 from __future__ import annotations
@@ -18,6 +27,9 @@ _EXPORTS: dict[str, str] = {
     "load_job_config": "aworld_core.config",
     "get_plugin_manager": "aworld_core.plugins",
     "maybe_await": "aworld_core.aio",
+    "import_ref": "aworld_core.imports",
+    "lazy_exports": "aworld_core.lazy",
+    "check_report_to": "aworld_core.validation",
     "BackendSpec": "aworld_core.specs",
     "EnvironmentSpec": "aworld_core.specs",
     "RewardSpec": "aworld_core.specs",

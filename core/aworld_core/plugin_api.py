@@ -73,8 +73,10 @@ PUBLIC_MODULES: dict[str, tuple[str, ...] | None] = {
     "aworld_core.service": None,
     # the test kit (tiny models, MCP servers, fixtures) for plugins' tests
     "aworld_core.testing": None,
-    # the command line, in-process (``aworld`` / ``python -m aworld_core.run``)
+    # the command lines, in-process (``aworld`` / ``python -m aworld_core.run``, ``python -m
+    # aworld_core.trajectories``)
     "aworld_core.run": ("main",),
+    "aworld_core.trajectories.cli": ("main",),
 }
 
 

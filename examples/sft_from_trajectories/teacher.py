@@ -53,8 +53,7 @@ def reply_for(conversation: str, episode_id: str) -> str:
 def teacher_engine(tokenizer: Any, delay_s: float = 0.0) -> Any:
     """A ``ScriptedTokenEngine`` whose script is :func:`reply_for` over the decoded prompt;
     ``delay_s`` per reply stands for a served model's latency."""
-    from aworld_core.tokens.engine import TokenOutput
-    from aworld_core.tokens.scripted import ScriptedTokenEngine
+    from aworld_core.tokens import ScriptedTokenEngine, TokenOutput
 
     def script(prompt_ids: list[int], sampling: Any, request_id: str) -> TokenOutput:
         text = reply_for(tokenizer.decode(prompt_ids, skip_special_tokens=False), request_id) + END
@@ -66,7 +65,7 @@ def teacher_engine(tokenizer: Any, delay_s: float = 0.0) -> Any:
 
 def _build_runner() -> Any:
     from aworld_core.config import JobConfig
-    from aworld_core.tokens.llm import load_tokenizer
+    from aworld_core.tokens import load_tokenizer
     from aworld_core.worker import EpisodeRunner, build_agent, build_token_llm
 
     directory = os.environ.get(TOKENIZER_ENV)
@@ -82,7 +81,7 @@ def _build_runner() -> Any:
 async def solve(task: Any) -> Any:
     """The task function: one episode of the teacher on ``task`` (scored by the server's reward)."""
     from aworld_core.schemas import RolloutContext
-    from aworld_core.service.agents import task_sample
+    from aworld_core.service import task_sample
 
     global _runner
     if _runner is None:

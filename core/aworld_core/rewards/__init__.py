@@ -8,7 +8,7 @@ aworld-gaia-env's.)
 
 from __future__ import annotations
 
-from aworld_core.rewards.builtin import format_reward, gsm8k_reward
+from aworld_core.rewards.builtin import format_reward, gsm8k_reward, require_ground_truth
 from aworld_core.rewards.conventions import Reward
 from aworld_core.rewards.extract import extract_gsm8k_answer, extract_tagged_answer
 from aworld_core.rewards.registry import (
@@ -18,6 +18,7 @@ from aworld_core.rewards.registry import (
     resolve_reward,
     score_episode,
     solution_text,
+    validate_reward_value,
 )
 
 __all__ = [
@@ -29,7 +30,9 @@ __all__ = [
     "format_reward",
     "get_reward_stats",
     "gsm8k_reward",
+    "require_ground_truth",
     "resolve_reward",
     "score_episode",
     "solution_text",
+    "validate_reward_value",
 ]

@@ -19,6 +19,7 @@ _EXPORTS = {
     "open_store": "aworld_core.service.store",
     "TaskFilter": "aworld_core.service.store",
     "AgentRegistry": "aworld_core.service.agents",
+    "task_sample": "aworld_core.service.agents",
     "TaskExecutor": "aworld_core.service.executor",
     "ExecutorConfig": "aworld_core.service.executor",
 }

@@ -7,7 +7,15 @@ OpenAI-compatible HTTP API in front of a ``TokenLLM``. torch / transformers load
 """
 
 from aworld_core.tokens.chat_template import ChatRenderer, load_chat_template
-from aworld_core.tokens.engine import ABORT, LENGTH, STOP, TokenEngine, TokenOutput
+from aworld_core.tokens.engine import (
+    ABORT,
+    LENGTH,
+    LOGPROBS_MODE,
+    STOP,
+    STOP_TOKEN_IDS,
+    TokenEngine,
+    TokenOutput,
+)
 from aworld_core.tokens.families import TemplateOptions, available_families, family_options
 from aworld_core.tokens.hf_engine import HFTokenEngine
 from aworld_core.tokens.llm import TokenLLM, load_tokenizer
@@ -20,11 +28,14 @@ from aworld_core.tokens.parsers import (
 )
 from aworld_core.tokens.scripted import ScriptedTokenEngine
 from aworld_core.tokens.session import TokenSession
+from aworld_core.tokens.vllm_engine import VLLMTokenEngine
 
 __all__ = [
     "ABORT",
     "LENGTH",
+    "LOGPROBS_MODE",
     "STOP",
+    "STOP_TOKEN_IDS",
     "ChatRenderer",
     "HFTokenEngine",
     "ParsedText",
@@ -35,6 +46,7 @@ __all__ = [
     "TokenOutput",
     "TokenSession",
     "ToolParser",
+    "VLLMTokenEngine",
     "available_families",
     "available_tool_parsers",
     "family_options",

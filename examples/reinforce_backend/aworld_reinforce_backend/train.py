@@ -15,7 +15,7 @@ from transformers.utils import logging as hf_logging
 
 from aworld_core import worker as kit  # the worker kit: every kit.* call below
 from aworld_core.datasets import load_dataset_section
-from aworld_core.tokens.hf_engine import HFTokenEngine
+from aworld_core.tokens import HFTokenEngine
 from aworld_reinforce_backend.plugin import options
 
 

@@ -40,6 +40,6 @@ def sample_from_row(data: Mapping[str, Any] | Sample, *, source: str = "areal") 
     packed = data.get(SAMPLE_COLUMN)
     if packed is not None:
         return Sample.model_validate_json(packed) if isinstance(packed, (str, bytes)) else Sample.model_validate(packed)
-    from aworld_core.datasets.normalize import rows_to_samples
+    from aworld_core.datasets import rows_to_samples
 
     return rows_to_samples([dict(data)], source=source, require_ground_truth=False)[0]

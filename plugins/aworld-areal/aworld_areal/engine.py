@@ -18,7 +18,7 @@ from typing import Any
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import SamplingParams
-from aworld_core.tokens.engine import ABORT, LENGTH, STOP, STOP_TOKEN_IDS, TokenOutput
+from aworld_core.tokens import ABORT, LENGTH, STOP, STOP_TOKEN_IDS, TokenOutput
 
 # AReaL's stop reasons -> the core's. "tool_calls" is SGLang's word for a stop on a tool parser.
 _STOP_REASONS = {"stop": STOP, "tool_calls": STOP, "length": LENGTH, "abort": ABORT}

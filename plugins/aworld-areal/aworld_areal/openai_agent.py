@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aworld_core.aio import maybe_await
+from aworld_core import maybe_await
 from aworld_core.errors import UsageError
 from aworld_core.schemas import Episode, EpisodeStatus, RolloutContext, Sample, new_id
 
@@ -41,7 +41,7 @@ class OpenAIAgent:
     @classmethod
     def load(cls, ref: str, base_dir: str | None, gateway: Callable[[Any], Awaitable[Any]]) -> OpenAIAgent:
         """Import ``ref``; ``UsageError`` when it is not a function."""
-        from aworld_core.imports import import_ref
+        from aworld_core import import_ref
 
         func = import_ref(ref, base_dir)
         if not callable(func):

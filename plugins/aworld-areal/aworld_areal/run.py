@@ -172,9 +172,13 @@ class ArealRun:
             return None
         from aworld_areal.engine import ArealTokenEngine
         from aworld_core.evaluate import evaluate
-        from aworld_core.runtime.loop_thread import LoopThread
-        from aworld_core.tools.mcp_shared import close_shared_sessions
-        from aworld_core.worker import build_agent, build_token_llm, shared_tokenizer
+        from aworld_core.worker import (
+            LoopThread,
+            build_agent,
+            build_token_llm,
+            close_shared_sessions,
+            shared_tokenizer,
+        )
 
         job = self.job
         tokenizer = shared_tokenizer(self.prepared.config.tokenizer_path)

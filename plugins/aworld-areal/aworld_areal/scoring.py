@@ -14,10 +14,9 @@ from __future__ import annotations
 from aworld_areal.tensors import discounted
 from aworld_core.config import RewardSection
 from aworld_core.errors import UsageError
-from aworld_core.rewards.registry import RewardStats
+from aworld_core.rewards import RewardStats
 from aworld_core.schemas import Episode, EpisodeStatus, Sample
-from aworld_core.worker.outcomes import UNTRAINED
-from aworld_core.worker.scoring import PoolScorer, shutdown_pools
+from aworld_core.worker import UNTRAINED, PoolScorer, shutdown_pools
 
 __all__ = ["TRUNCATED", "UNDISCOUNTED", "RewardScorer", "shutdown_pools"]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from areal.utils import logging as areal_logging
 
-from aworld_core.worker.policy import stop_error_in
+from aworld_core.worker import stop_error_in
 
 # the workflow's logger too. AReaL's getLogger resets the root logger (and its manager) on every
 # call, so it is called once: a stdlib logger made before would be orphaned; this one also reaches

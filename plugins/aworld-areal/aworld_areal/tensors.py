@@ -28,7 +28,7 @@ from typing import Any
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import TrainingSegment
-from aworld_core.worker.credit import episode_segments
+from aworld_core.worker import episode_segments
 
 
 def check_view(view: TrainingSegment) -> None:

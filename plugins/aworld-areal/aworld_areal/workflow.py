@@ -48,6 +48,7 @@ from aworld_areal.tensors import group_tensors
 from aworld_core.config import JobConfig
 from aworld_core.errors import UsageError
 from aworld_core.schemas import Episode, RolloutContext
+from aworld_core.worker import REASONS as KIT_REASONS
 from aworld_core.worker import (
     EpisodeGroup,
     EpisodeRunner,
@@ -56,14 +57,13 @@ from aworld_core.worker import (
     WorkerCache,
     build_agent,
     build_token_llm,
+    count_metrics,
+    episode_segments,
+    options_key,
     pad_id_of,
     shared_tokenizer,
     step_metrics,
 )
-from aworld_core.worker.cache import options_key
-from aworld_core.worker.credit import episode_segments
-from aworld_core.worker.outcomes import REASONS as KIT_REASONS
-from aworld_core.worker.outcomes import count_metrics
 
 # why a member did not train: the kit's reasons and the scorer's (counted per step in AReaL's stats)
 REASONS = (*KIT_REASONS, TRUNCATED)
@@ -244,7 +244,7 @@ class WorkflowState:
 
 def _require_areal_plugin() -> None:
     from aworld_areal import plugin
-    from aworld_core.plugins import get_plugin_manager
+    from aworld_core import get_plugin_manager
 
     impls = get_plugin_manager().hook.rollout.get_hookimpls()
     if not any(impl.function is plugin.rollout for impl in impls):

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aworld_core.rewards.builtin import require_ground_truth
-from aworld_core.rewards.extract import extract_tagged_answer
+from aworld_core.rewards import extract_tagged_answer, require_ground_truth
 from aworld_gaia_env.scorer import question_scorer
 
 

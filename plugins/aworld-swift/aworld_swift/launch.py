@@ -334,10 +334,9 @@ def _config_model_type(model_dir: Path) -> str | None:
 
 def write_datasets(job: Any, output_dir: Path) -> dict[str, str]:
     """Convert the job's datasets to ms-swift rows under ``output_dir``; returns what was written."""
+    from aworld_core import get_plugin_manager, get_settings
     from aworld_core.datasets import load_dataset_section
-    from aworld_core.plugins import get_plugin_manager
-    from aworld_core.runtime.loop_thread import LoopThread
-    from aworld_core.settings import get_settings
+    from aworld_core.worker import LoopThread
     from aworld_swift.rows import list_agent_tools, write_rows
 
     train = load_dataset_section(job.train_dataset, job.base_dir)

@@ -43,10 +43,16 @@ from typing import Any, ClassVar, TypeVar
 from swift.rewards import ORM
 
 from aworld_core.errors import UsageError
-from aworld_core.rewards.registry import validate_reward_value
+from aworld_core.rewards import validate_reward_value
 from aworld_core.schemas import Episode, EpisodeStatus, Sample, TrainingView
-from aworld_core.worker import EpisodeGroup, GroupPolicy, apply_group_policy, is_trainable, step_metrics
-from aworld_core.worker.records import mask_of_runs
+from aworld_core.worker import (
+    EpisodeGroup,
+    GroupPolicy,
+    apply_group_policy,
+    is_trainable,
+    mask_of_runs,
+    step_metrics,
+)
 from aworld_swift.trajectory import INFO_KEY
 
 logger = logging.getLogger(__name__)
@@ -179,8 +185,8 @@ class AworldReward(ORM):
         run), on a private loop with the installed plugins."""
         import asyncio
 
-        from aworld_core.aio import maybe_await
-        from aworld_core.rewards.registry import compute_named_reward
+        from aworld_core import maybe_await
+        from aworld_core.rewards import compute_named_reward
         from aworld_swift.runtime import current_runtime, get_runtime
 
         runtime = get_runtime() if self.reward_name is None else current_runtime()

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from aworld_core import LLMResponse
 from aworld_core.errors import UsageError
-from aworld_core.llm.base import LLMResponse
 from aworld_core.schemas import Message, Sample, SamplingParams
 
 SAMPLE_COLUMN = "aworld_sample"
@@ -52,7 +52,7 @@ class ToolProbeLLM:
 
 async def list_agent_tools(agent: Any, sample: Sample, *, timeout: float | None = None) -> list[dict[str, Any]]:
     """The tool schemas the trained agent of ``agent`` is offered on ``sample`` (one probe episode)."""
-    from aworld_core.plugins import get_plugin_manager, maybe_await
+    from aworld_core import get_plugin_manager, maybe_await
     from aworld_core.schemas import EpisodeStatus
 
     probe = ToolProbeLLM()

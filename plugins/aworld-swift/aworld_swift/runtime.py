@@ -29,8 +29,7 @@ from aworld_core.worker import FailedSteps, GroupPolicy, load_job
 
 if TYPE_CHECKING:
     from aworld_core.export import JsonlEpisodeWriter
-    from aworld_core.runtime.loop_thread import LoopThread
-    from aworld_core.worker import EpisodeRunner
+    from aworld_core.worker import EpisodeRunner, LoopThread
     from aworld_swift.trajectory import RequestRecorder
 
 JOB_ENV = "AWORLD_SWIFT_JOB"
@@ -111,7 +110,7 @@ class SwiftRuntime:
         short-lived loops and would close MCP sessions with them."""
         with self._lock:
             if self._loop is None:
-                from aworld_core.runtime.loop_thread import LoopThread
+                from aworld_core.worker import LoopThread
 
                 self._loop = LoopThread("aworld-swift")
             return self._loop

@@ -31,7 +31,7 @@ from aworld_swift.vllm_cpu_sync import install as install_vllm_cpu_sync
 
 
 def _registered_reward_names() -> list[str]:
-    from aworld_core.plugins import get_plugin_manager
+    from aworld_core import get_plugin_manager
 
     return sorted(get_plugin_manager().catalog().items("reward"))
 

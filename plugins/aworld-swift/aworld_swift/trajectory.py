@@ -24,12 +24,11 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aworld_core import LLMResponse
 from aworld_core.errors import LLMError, UsageError
-from aworld_core.llm.base import LLMResponse
 from aworld_core.schemas import Episode, EpisodeStatus, Message, RolloutContext, Sample, SamplingParams
-from aworld_core.tokens.engine import LENGTH, STOP, TokenOutput
-from aworld_core.worker import describe, untrainable_reason
-from aworld_core.worker.records import mask_runs, tool_counts
+from aworld_core.tokens import LENGTH, STOP, TokenOutput
+from aworld_core.worker import describe, mask_runs, tool_counts, untrainable_reason
 
 if TYPE_CHECKING:
     from aworld_swift.runtime import SwiftRuntime

@@ -489,7 +489,7 @@ def grpo_config(job: Any, output_dir: Path) -> tuple[Any, TrlOptions]:
     # Trainer.train() must be given it (TrainingArguments only carries it): the run passes it on
     options.resume = resume_checkpoint(kwargs.get("resume_from_checkpoint"), job, output_dir)
     kwargs["resume_from_checkpoint"] = options.resume if isinstance(options.resume, str) else None
-    from aworld_core.validation import check_report_to
+    from aworld_core import check_report_to
 
     check_report_to(kwargs["report_to"] if kwargs["report_to"] != "none" else None)
     try:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aworld_core.errors import AworldError
-from aworld_core.worker.credit import check_token_mean, episode_segments
+from aworld_core.worker import check_token_mean, episode_segments
 
 SEGMENTS_FIELD = "aworld_segments"  # per TRL row: the episode's later segments and segment rewards
 TOKEN_MEAN_LOSSES = ("dapo", "bnpo", "cispo")  # TRL loss types that normalize over the batch's sampled tokens

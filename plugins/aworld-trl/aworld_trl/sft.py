@@ -191,7 +191,7 @@ class SftRun(TrlRun):
 
         datasets.disable_progress_bars()  # TRL's dataset preparation bars would bury ours
         from aworld_core.datasets import load_dataset_section
-        from aworld_core.runtime.loop_thread import LoopThread
+        from aworld_core.worker import LoopThread
         from aworld_trl.options import apply_torch_threads
 
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -245,8 +245,8 @@ class SftRun(TrlRun):
                 messages_dataset_rows(val, tokenizer, tools) if val else [])
 
     def _evaluator(self, model: Any, tokenizer: Any) -> Any:
-        from aworld_core.rewards.registry import RewardStats
-        from aworld_core.tokens.hf_engine import HFTokenEngine
+        from aworld_core.rewards import RewardStats
+        from aworld_core.tokens import HFTokenEngine
         from aworld_core.worker import EpisodeRunner, build_agent, build_token_llm
 
         max_tokens = self.job.agent.max_tokens or DEFAULT_EVAL_MAX_TOKENS

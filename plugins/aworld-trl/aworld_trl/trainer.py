@@ -68,7 +68,7 @@ class TrlRun:
     def _load_model(self) -> tuple[Any, Any]:
         from transformers import AutoModelForCausalLM
 
-        from aworld_core.tokens.llm import load_tokenizer
+        from aworld_core.tokens import load_tokenizer
 
         model_path = Path(self.job.resolve_path(self.job.model.path))
         if not model_path.exists():
@@ -105,10 +105,9 @@ class TrlRun:
 
         hf_logging.disable_progress_bar()  # weight loading/saving bars would interleave with ours
         from aworld_core.export import JsonlEpisodeWriter
-        from aworld_core.rewards.registry import RewardStats
-        from aworld_core.runtime.loop_thread import LoopThread
-        from aworld_core.tokens.hf_engine import HFTokenEngine
-        from aworld_core.worker import EpisodeRunner, FailedSteps, build_agent, build_token_llm
+        from aworld_core.rewards import RewardStats
+        from aworld_core.tokens import HFTokenEngine
+        from aworld_core.worker import EpisodeRunner, FailedSteps, LoopThread, build_agent, build_token_llm
         from aworld_trl.options import apply_torch_threads, grpo_config
         from aworld_trl.rollout import AworldRollout, trl_sampling
 
@@ -193,7 +192,7 @@ class TrlRun:
     def _vllm_engine(self, args: Any, settings: Any) -> Any:
         """vLLM's async engine on the model directory, colocated with the trainer: on a CPU in
         float32, eager, with 5% of system memory for its KV cache unless the job says otherwise."""
-        from aworld_core.tokens.vllm_engine import VLLMTokenEngine
+        from aworld_core.tokens import VLLMTokenEngine
         from aworld_trl.options import CPU_VLLM_MEMORY, _has_gpu
 
         gpu = _has_gpu()

@@ -6,7 +6,7 @@ verl is imported lazily: this package imports (and ``--list`` works) without ver
 
 from __future__ import annotations
 
-from aworld_core.lazy import lazy_exports
+from aworld_core import lazy_exports
 
 __version__ = "0.1.0"
 

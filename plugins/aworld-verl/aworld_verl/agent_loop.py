@@ -29,13 +29,22 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
+from aworld_core import maybe_await
 from aworld_core.errors import UsageError
-from aworld_core.plugins import maybe_await
 from aworld_core.schemas import Episode, RolloutContext, Sample, new_id
-from aworld_core.worker import EpisodeGroup, GroupPolicy, load_job, pad_id_of
-from aworld_core.worker.build import agent_from_ref, build_agent, check_agent, tool_parser_of
-from aworld_core.worker.records import outcome_record
-from aworld_core.worker.rendezvous import Member, group_decider
+from aworld_core.worker import (
+    EpisodeGroup,
+    GroupPolicy,
+    Member,
+    agent_from_ref,
+    build_agent,
+    check_agent,
+    group_decider,
+    load_job,
+    outcome_record,
+    pad_id_of,
+    tool_parser_of,
+)
 from aworld_verl.groups import check_v0_group_size, expected_group_sizes, is_v1, warn_split
 from aworld_verl.output import (
     placeholder_output,

@@ -27,7 +27,7 @@ from typing import Any
 
 from aworld_core.errors import LLMError
 from aworld_core.schemas import SamplingParams
-from aworld_core.tokens.engine import ABORT, LENGTH, STOP, STOP_TOKEN_IDS, TokenOutput
+from aworld_core.tokens import ABORT, LENGTH, STOP, STOP_TOKEN_IDS, TokenOutput
 from aworld_verl.sampling import verl_sampling_params
 
 # verl's servers say "completed" for both a stop token and max_tokens; vLLM's own words too

@@ -275,10 +275,8 @@ def evaluate_model(job: Any, plan: LaunchPlan, options: VerlOptions, model_dir: 
     from transformers import AutoModelForCausalLM
 
     from aworld_core.evaluate import evaluate
-    from aworld_core.tokens.hf_engine import HFTokenEngine
-    from aworld_core.tokens.llm import load_tokenizer
-    from aworld_core.tools.mcp_shared import closing_shared_sessions
-    from aworld_core.worker.build import build_agent, build_token_llm
+    from aworld_core.tokens import HFTokenEngine, load_tokenizer
+    from aworld_core.worker import build_agent, build_token_llm, closing_shared_sessions
 
     print(f"evaluating {len(samples)} held-out tasks {when} training (greedy, full tool loop, {model_dir})...",
           flush=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import Episode, TrainingSegment
-from aworld_core.worker.credit import check_token_mean, episode_segments, has_segment_rewards
+from aworld_core.worker import check_token_mean, episode_segments, has_segment_rewards
 from aworld_verl.engine import EpisodeEngineStats
 
 logger = logging.getLogger(__name__)

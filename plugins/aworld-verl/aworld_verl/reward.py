@@ -29,7 +29,7 @@ BASE_DIR_ENV = "AWORLD_VERL_REWARD_BASE_DIR"
 
 @functools.lru_cache(maxsize=64)
 def _resolved(name: str, base_dir: str | None, trajectory_aware: bool | None) -> Any:
-    from aworld_core.rewards.registry import resolve_reward
+    from aworld_core.rewards import resolve_reward
 
     reward = resolve_reward(name, base_dir=base_dir, trajectory_aware=trajectory_aware)
     if reward.trajectory_aware:
@@ -77,7 +77,7 @@ def compute_score(
     # a plain reward reads the episode only through its final answer: the text verl decoded
     episode = Episode(task_id=sample.id, agent_id="verl", final_answer=solution_str)
     episode.finish(EpisodeStatus.SUCCESS)
-    from aworld_core.rewards.registry import compute_named_reward, validate_reward_value
+    from aworld_core.rewards import compute_named_reward, validate_reward_value
 
     value = compute_named_reward(reward.name, episode, sample, base_dir=base_dir, trajectory_aware=False)
     if inspect.isawaitable(value):

@@ -33,8 +33,13 @@ from typing import Any
 
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
-from aworld_core.worker import FailedSteps, GroupPolicy
-from aworld_core.worker.records import first_record_error, merge_step_metrics, trained_records
+from aworld_core.worker import (
+    FailedSteps,
+    GroupPolicy,
+    first_record_error,
+    merge_step_metrics,
+    trained_records,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import SamplingParams
-from aworld_core.tokens.engine import LOGPROBS_MODE, STOP_TOKEN_IDS
+from aworld_core.tokens import LOGPROBS_MODE, STOP_TOKEN_IDS
 
 # verl keys that map onto SamplingParams fields; every other key travels in ``extra``
 _FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "stop", "seed")

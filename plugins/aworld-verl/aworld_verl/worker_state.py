@@ -18,9 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from aworld_core.worker.cache import WorkerCache
-from aworld_core.worker.outcomes import StepRecorder
-from aworld_core.worker.rendezvous import Rendezvous
+from aworld_core.worker import Rendezvous, StepRecorder, WorkerCache
 from aworld_verl.engine import VerlTokenEngine
 
 logger = logging.getLogger(__name__)
