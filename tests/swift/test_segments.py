@@ -1,35 +1,44 @@
-"""Segmented episodes on ms-swift (issue 27): refused, clearly, and never trained.
+"""Segmented episodes on ms-swift (issue 27): every segment's sampled tokens train, nothing else.
 
-ms-swift 4.6 samples and trains one continued token sequence per trajectory (its multi-turn
-drivers append each turn to the trajectory's sequence), so an episode that begins a second
-training segment (its agent compacted its context, or its client rewrote the history) cannot be
-trained on the swift backend. Through ms-swift's own colocate driver (``run_multi_turn``) with the
-tiny tool model and the real MCP server: such an episode is recorded as failed with an error naming
-the cause and where it trains, and ms-swift trains none of its tokens (only the one label ms-swift
-4.6 requires, under advantage 0, as for every failed trajectory).
+The agent compacts its context with a summary the policy writes (``agent.compaction``), so each
+episode is two training segments: the question, the tool call and the summary; then a fresh
+prompt (the task with the summary) and the answer. Through ms-swift's own colocate driver
+(``run_multi_turn``) with the tiny tool model and the real MCP server, the scheduler samples the
+second segment from its own prompt, and the trainer's seam (``aworld_swift.segments``) makes each
+segment one row of ms-swift's batch; ms-swift's ``encode_sample`` of those rows labels exactly the
+ids its engine sampled, each under the very prompt it was sampled from. The real trainer
+(``swift rlhf``) trains such episodes in ``test_grpo_trains_every_segment`` (slow).
 """
 
 from __future__ import annotations
 
+import io
+import json
+from copy import copy, deepcopy
 from pathlib import Path
 from typing import Any
 
-from swift_testkit import SYSTEM_PROMPT
-from test_scheduler import REWARD, _assert_only_last_label, _rollout, _rows, cleanup, swift_parts  # noqa: F401 (fixtures)
+import pytest
+import yaml
+from swift_testkit import MODEL_TYPE, SYSTEM_PROMPT, TEMPLATE, add_question, read_jsonl
+from test_scheduler import REWARD, _rows, _trained, cleanup, swift_parts  # noqa: F401 (fixtures)
 
 from aworld_core.config import load_job_config
+from aworld_core.errors import UsageError
+from aworld_core.export import read_jsonl as read_episodes
 from aworld_swift.runtime import SwiftRuntime, set_runtime
-from aworld_swift.trajectory import INFO_KEY, SEGMENTS_REFUSED
+from aworld_swift.trajectory import INFO_KEY
+
+HERE = Path(__file__).resolve().parent
+COMPACTION = {"strategy": "summary", "max_context_tokens": 16, "summary_prompt": "Summarize.", "max_compactions": 1}
 
 
 def _compacting_runtime(tmp_path: Path, mcp_config: dict[str, Any]) -> SwiftRuntime:
-    compaction = {"strategy": "summary", "max_context_tokens": 16, "summary_prompt": "Summarize.",
-                  "max_compactions": 1}
     job = load_job_config(data={
         "name": "swift-segments",
         "output_dir": str(tmp_path / "run"),
-        "agent": {"name": "calc", "system_prompt": SYSTEM_PROMPT, "max_steps": 3, "mcp_config": mcp_config,
-                  "compaction": compaction},
+        "agent": {"name": "calc", "system_prompt": SYSTEM_PROMPT, "max_steps": 4, "mcp_config": mcp_config,
+                  "compaction": COMPACTION},
         "reward": {"name": REWARD, "trajectory_aware": True},
         "rollout": {"episode_timeout_s": 60},
     })
@@ -39,11 +48,234 @@ def _compacting_runtime(tmp_path: Path, mcp_config: dict[str, Any]) -> SwiftRunt
     return runtime
 
 
-def test_a_segmented_episode_is_refused_and_trains_nothing(tmp_path, swift_parts, mcp_config, add_tools, cleanup):  # noqa: F811
+def _recorded_rollout(parts: dict[str, Any], rows: list[dict[str, Any]], generations: int,
+                      max_turns: int = 5) -> tuple[list[Any], list[Any], list[tuple[list[int], list[int]]]]:
+    """ms-swift's colocate driver over the batch; every generation its engine made, as (the prompt
+    ids ms-swift's template encoded the request to, the sampled ids)."""
+    from swift.infer_engine import RequestConfig
+    from swift.infer_engine.protocol import RolloutInferRequest, RolloutOutput
+    from swift.rl_core.data import GRPOSample
+    from swift.rollout import invoke_async_hook, run_multi_turn
+
+    from aworld_swift.scheduler import AworldScheduler
+
+    engine, template = parts["engine"], copy(parts["template"])
+    template.set_mode("transformers")
+    scheduler = AworldScheduler(max_turns=max_turns, tokenizer=parts["processor"], template=parts["template"])
+    samples = [GRPOSample.from_row(row) for row in rows for _ in range(generations)]
+    for index, sample in enumerate(samples):
+        sample.request_id = f"req-{index}"
+        sample.prompt_id = f"prompt-{index // generations}"
+    requests = [sample.to_infer_request(include_extra=True) for sample in samples]
+    config = RequestConfig(n=1, max_tokens=48, temperature=1.0, return_details=True, logprobs=True)
+    generated: list[tuple[list[int], list[int]]] = []
+
+    def infer(batch: list[RolloutInferRequest], cfg: RequestConfig) -> list[RolloutOutput]:
+        if not batch:
+            return []
+        prompts = [list(template.encode(deepcopy(request))["input_ids"]) for request in batch]
+        responses = engine.infer(batch, cfg, use_tqdm=False)
+        generated.extend((p, list(r.choices[0].token_ids)) for p, r in zip(prompts, responses, strict=True))
+        return [RolloutOutput(response=r) for r in responses]
+
+    invoke_async_hook(scheduler.on_trajectory_start(requests))
+    for request, sample in zip(requests, samples, strict=True):
+        sample.messages = request.messages
+    first = infer([sample.to_infer_request(include_extra=True) for sample in samples], config)
+    outputs = run_multi_turn(requests, first, scheduler, infer, config, max_turns=max_turns)
+    return samples, outputs, generated
+
+
+def test_every_segment_trains_exactly_its_sampled_tokens(tmp_path, swift_parts, mcp_config, add_tools, cleanup):  # noqa: F811
+    from aworld_swift.segments import segment_outputs
+
+    _compacting_runtime(tmp_path, mcp_config)
+    rows = _rows(tmp_path, add_tools, [(2, 3), (1, 4)])
+    samples, outputs, generated = _recorded_rollout(swift_parts, rows, generations=2)
+    episodes = {e.id: e for e in read_episodes(tmp_path / "run" / "trajectories.jsonl")}
+    segmented = 0
+    for sample, output in zip(samples, outputs, strict=True):
+        info = output.rollout_infos[INFO_KEY]
+        episode = episodes[info["episode_id"]]
+        if not info["trained"]:
+            continue
+        view = episode.training
+        if view.num_segments == 1:
+            continue
+        segmented += 1
+        assert [s.start for s in view.segments()] == ["first", "compaction"]
+        # one ms-swift row per segment, all of the trajectory's request (its group is its prompt's)
+        expanded = segment_outputs(output, sample.request_id)
+        assert len(expanded) == view.num_segments == len(info["segments"])
+        assert {o.response.id for o in expanded} == {sample.request_id}
+        trained_sampled: list[int] = []
+        for row_output, segment in zip(expanded, view.segments(), strict=True):
+            row = deepcopy(sample)
+            row.apply_rollout_output(rollout_output=row_output)
+            input_ids, labels = _trained(swift_parts, row)
+            # ms-swift trains the segment on the prompt it sampled it from (the view records it), then
+            # exactly the segment's response: sampled ids labelled with themselves, everything else masked
+            assert input_ids == [*segment.prompt_ids, *segment.response_ids]
+            assert labels == [-100] * len(segment.prompt_ids) + [
+                i if m else -100 for i, m in zip(segment.response_ids, segment.response_mask, strict=True)]
+            # every generation of this segment was sampled from exactly the sequence it is trained in
+            position, turns = len(segment.prompt_ids), 0
+            for prompt, sampled in generated:
+                if prompt == input_ids[:position] and sampled and input_ids[position:position + len(sampled)] == sampled:
+                    assert all(labels[position + k] == sampled[k] for k in range(len(sampled)))
+                    position += len(sampled)
+                    turns += 1
+                    while position < len(input_ids) and labels[position] == -100:
+                        position += 1  # the environment ids up to the next generation
+            assert position == len(input_ids) and turns == segment.num_turns
+            # the logprobs ms-swift keeps are one per label, the engine's own
+            assert sum(len(lp) for lp in row.rollout_logprobs) == sum(segment.response_mask)
+            trained_sampled += [i for i, m in zip(segment.response_ids, segment.response_mask, strict=True) if m]
+        calls = [step.exp_data.llm_call for step in episode.steps]
+        assert trained_sampled == [i for call in calls for i in call.token_data.response_ids]
+    assert segmented >= 2
+
+
+def test_a_batch_of_segmented_episodes_gets_advantages_over_episodes(
+        tmp_path, swift_parts, mcp_config, add_tools, cleanup):  # noqa: F811
+    """ms-swift's request-aware advantages over the expanded rows: one reward per episode, each
+    segment with its episode's advantage, the group statistics over episodes."""
+    import torch
+    from swift.rewards import orms
+    from swift.rl_core.advantage import compute_advantages, compute_advantages_dynamic
+    from swift.rl_core.grpo_algorithm import compute_rewards_per_func
+
+    import aworld_swift.swift_plugin  # noqa: F401  (registers the ms-swift names, installs the seams)
+    from aworld_swift.segments import segment_outputs
+
     _compacting_runtime(tmp_path, mcp_config)
     rows = _rows(tmp_path, add_tools, [(2, 3)])
-    _, samples, outputs = _rollout(swift_parts, rows, generations=1, max_turns=4)
-    info = outputs[0].rollout_infos[INFO_KEY]
-    assert info["status"] == "failed" and not info["trained"]
-    assert SEGMENTS_REFUSED in info["error"] and "trl, verl (V1) or areal" in info["error"]
-    _assert_only_last_label(swift_parts, samples[0], outputs[0])
+    samples, outputs, _ = _recorded_rollout(swift_parts, rows, generations=3)
+    expanded = []
+    for sample, output in zip(samples, outputs, strict=True):
+        for row_output in segment_outputs(output, sample.request_id):
+            row = deepcopy(sample)
+            row.apply_rollout_output(rollout_output=row_output)
+            expanded.append(row)
+    assert len(expanded) > len(samples)  # at least one episode has two rows
+    table = compute_rewards_per_func(expanded, [orms["aworld"]()], None, device=torch.device("cpu"))
+    advantages, _ = compute_advantages_dynamic(
+        table, torch.ones(1), [s.prompt_id for s in expanded], [s.request_id for s in expanded])
+    per_episode, _ = compute_advantages(table[[_last(expanded, s.request_id) for s in samples]], torch.ones(1), 3)
+    by_request = dict(zip([s.request_id for s in samples], per_episode.tolist(), strict=True))
+    for row, advantage in zip(expanded, advantages.tolist(), strict=True):
+        assert advantage == pytest.approx(by_request[row.request_id], abs=1e-5)
+
+
+def _last(rows: list[Any], request_id: str) -> int:
+    return max(i for i, row in enumerate(rows) if row.request_id == request_id)
+
+
+def test_the_trainer_refuses_a_per_row_loss_for_a_segmented_batch():
+    from types import SimpleNamespace
+
+    from swift.infer_engine.protocol import RolloutOutput
+
+    from aworld_swift.segments import check_trainer
+
+    entry = {"episode_id": "ep", "segments": [{"segment": 0, "reward": None}, {"segment": 1, "reward": None}]}
+    output = RolloutOutput.model_construct(rollout_infos={INFO_KEY: entry})
+    trainer = SimpleNamespace(loss_type="grpo", args=SimpleNamespace(dynamic_sample=False),
+                              template=SimpleNamespace(padding_free=False))
+    with pytest.raises(UsageError, match="token-mean loss_type.*loss_type: dapo"):
+        check_trainer(trainer, [output])
+    trainer.loss_type = "dapo"
+    check_trainer(trainer, [output])
+    trainer.args.dynamic_sample = True
+    with pytest.raises(UsageError, match="dynamic_sample: false"):
+        check_trainer(trainer, [output])
+    trainer.args.dynamic_sample = False
+    entry["segments"][1]["reward"] = 1.0
+    with pytest.raises(UsageError, match="per-segment rewards"):
+        check_trainer(trainer, [output])
+
+
+def test_canary_ms_swift_keeps_the_seams_segments_rely_on():
+    """Fails loudly when ms-swift moves or reshapes what ``aworld_swift.segments`` wraps."""
+    from swift.rlhf_trainers.grpo_trainer import GRPOTrainer
+    from swift.rlhf_trainers.rollout_mixin import RolloutTrainerMixin
+
+    from aworld_swift.segments import check_seams, install
+
+    check_seams()
+    install()
+    install()  # idempotent
+    assert RolloutTrainerMixin._postprocess_rollout_outputs._aworld
+    assert GRPOTrainer._compute_loss._aworld
+    check_seams()  # still true through the wrappers
+
+
+def _job(tmp_path: Path, model_dir: Path, mcp_config: dict[str, Any]) -> Path:
+    rows = [{"id": "add-0", "question": add_question(2, 3), "answer": "5"},
+            {"id": "add-1", "question": add_question(1, 4), "answer": "5"}]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    job = {
+        "name": "swift-segments-grpo",
+        "backend": "swift",
+        "output_dir": str(tmp_path / "run"),
+        "model": {"path": str(model_dir)},
+        "agent": {"name": "calc", "system_prompt": SYSTEM_PROMPT, "max_steps": 4, "mcp_config": mcp_config,
+                  "compaction": COMPACTION},
+        "train_dataset": {"path": str(tmp_path / "train.jsonl")},
+        "reward": {"name": REWARD, "trajectory_aware": True},
+        "rollout": {"max_turns": 5, "episode_timeout_s": 120},
+        "backends": {"swift": {
+            "model_type": MODEL_TYPE, "template": TEMPLATE, "tuner_type": "full", "torch_dtype": "float32",
+            "num_generations": 2, "per_device_train_batch_size": 4, "max_completion_length": 48,
+            "max_steps": 2, "temperature": 1.0, "learning_rate": 1e-3, "beta": 0.0, "logging_steps": 1,
+            "loss_type": "dapo", "save_strategy": "no", "dataloader_num_workers": 0,
+            "reward_funcs": ["aworld"], "external_plugins": [str(HERE / "record_batches.py")],
+        }},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+@pytest.mark.slow
+def test_grpo_trains_every_segment(tmp_path, tool_model_dir, mcp_config, monkeypatch):
+    """``python -m aworld_core.run`` -> ``swift rlhf``: the batches ms-swift's trainer encodes hold one
+    row per segment, each labelled exactly on that segment's sampled ids, every row of an episode
+    with the episode's reward."""
+    record = tmp_path / "batches.jsonl"
+    monkeypatch.setenv("AWORLD_SWIFT_TEST_RECORD", str(record))
+    out = io.StringIO()
+    assert main_run(["--config", str(_job(tmp_path, tool_model_dir, mcp_config))], out) == 0
+    batches = read_jsonl(record)
+    episodes = {e.id: e for e in read_episodes(tmp_path / "run" / "trajectories.jsonl")}
+    assert len(episodes) == 8
+    rows_of: dict[str, list[dict[str, Any]]] = {}
+    for batch in batches:
+        rows_of.setdefault(batch["rollout_infos"]["aworld"]["episode_id"], []).append(batch)
+    assert set(rows_of) == set(episodes)  # no episode left out of its group
+    segmented = 0
+    for episode_id, rows in rows_of.items():
+        episode = episodes[episode_id]
+        if not episode.metadata["swift"]["trained"]:
+            continue
+        view = episode.training
+        assert len(rows) == view.num_segments
+        assert len({r["request_id"] for r in rows}) == 1  # one trajectory of its group
+        assert len({r["rewards"]["aworld"] for r in rows}) == 1  # one reward per episode
+        for row, segment in zip(sorted(rows, key=lambda r: r["rollout_infos"]["aworld"].get("segment") or 0),
+                                view.segments(), strict=True):
+            assert row["input_ids"] == [*segment.prompt_ids, *segment.response_ids]
+            assert row["labels"] == [-100] * len(segment.prompt_ids) + [
+                i if m else -100 for i, m in zip(segment.response_ids, segment.response_mask, strict=True)]
+        sampled = [i for s in view.segments() for i, m in zip(s.response_ids, s.response_mask, strict=True) if m]
+        assert sampled == [i for step in episode.steps for i in step.exp_data.llm_call.token_data.response_ids]
+        segmented += view.num_segments > 1
+    assert segmented >= 2
+    log = read_jsonl(tmp_path / "run" / "swift" / "logging.jsonl")
+    assert any(float(entry.get("grad_norm", 0)) > 0 for entry in log)  # the policy really moved
+
+
+def main_run(argv: list[str], out: io.StringIO) -> int:
+    from aworld_core.run import main
+
+    return main(argv, out=out)

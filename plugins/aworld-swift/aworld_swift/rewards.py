@@ -9,8 +9,9 @@
 Reward functions are where the trainer first sees a whole batch, so they apply the worker kit's
 group policy (``job.rollout.failed_episodes``). Each row's episode is rebuilt as a record from its
 ``rollout_infos`` entry (:func:`episode_record`: in server mode the episodes stay on the rollout
-server); the rows of one sample are one GRPO group (``apply_group_policy``), and each row gets
-``EpisodeGroup.rewards("mean")``. A reward function sees only its own process's rows, and ms-swift
+server); the episodes of one sample are one GRPO group (``apply_group_policy``), and each row gets
+``EpisodeGroup.rewards("mean")`` (an episode of several training segments has a row per segment: it
+counts once, and each of its rows gets its value). A reward function sees only its own process's rows, and ms-swift
 only needs the whole generation batch to divide by ``num_generations``, so one group may span
 several training processes: :func:`judge` gathers every process's records (``torch.distributed``'s
 ``all_gather_object``, in process order, as ms-swift gathers the rewards; nothing with one
@@ -74,6 +75,7 @@ class Judgement:
     rows: list[list[int]]
     offset: int = 0
     count: int = 0
+    copies: dict[int, list[int]] | None = None  # a member's row -> every row of its episode (one per segment)
 
     def local(self, values: list[T]) -> list[T]:
         """This process's slice of a list over the whole batch."""
@@ -90,8 +92,16 @@ class Judgement:
                 members = [_with_reward(m, own[i]) for m, i in zip(members, rows, strict=True)]
             column = EpisodeGroup(group.group_id, group.sample, members, group.dropped, group.policy)  # type: ignore[arg-type]
             for i, value in zip(rows, column.rewards("mean"), strict=True):
-                batch[i] = float(value)  # type: ignore[arg-type]
+                for row in (self.copies or {}).get(i, [i]):
+                    batch[row] = float(value)  # type: ignore[arg-type]
         return batch
+
+    def episodes(self) -> list[Episode]:
+        """The batch's episodes, once each (an episode of several segments has a row per segment)."""
+        return [self.records[i] for rows in self.rows for i in rows]  # type: ignore[misc]
+
+    def episode_entries(self) -> list[dict[str, Any]]:
+        return [self.entries[i] for rows in self.rows for i in rows]  # type: ignore[misc]
 
 
 class AworldReward(ORM):
@@ -262,11 +272,11 @@ def judge(entries: list[dict[str, Any] | None], kwargs: dict[str, Any]) -> Judge
     parts, rank = gather_parts((list(entries), records, raw_samples))
     judged = judge_parts(parts, rank, runtime.policy)
     runtime.judged = (key, judged)
-    ran = [r for r in judged.records if r is not None]
+    ran = judged.episodes()
     training = runtime.training()
     if training:
         runtime.failed_steps.step(ran)  # raises after max_failed_steps batches with nothing trainable
-    _log(runtime, batch_metrics(ran, [e for e in judged.entries if e is not None]), "train" if training else "eval")
+    _log(runtime, batch_metrics(ran, judged.episode_entries()), "train" if training else "eval")
     return judged
 
 
@@ -281,15 +291,23 @@ def judge_parts(parts: list[tuple[list[dict[str, Any] | None], list[Episode | No
     if not len(entries) == len(records) == len(raw_samples):
         raise UsageError("aworld reward functions: a process gave entries, records and samples of different lengths")
     members: dict[str, list[int]] = {}
+    copies: dict[int, list[int]] = {}  # an episode's first row -> all its rows (one per training segment)
+    first_row: dict[str, int] = {}
     for i, record in enumerate(records):
-        if record is not None:  # a GRPO group is the generations of one dataset row: one sample id
-            members.setdefault(record.task_id, []).append(i)
+        if record is None:
+            continue
+        if record.id in first_row:  # a later segment of an episode already in its group
+            copies[first_row[record.id]].append(i)
+            continue
+        first_row[record.id] = i
+        copies[i] = [i]
+        members.setdefault(record.task_id, []).append(i)  # a GRPO group: the generations of one dataset row
     groups = []
     for task_id, rows in members.items():
         raw = next((raw_samples[i] for i in rows if raw_samples[i] is not None), None)
         groups.append(apply_group_policy(task_id, _sample(task_id, raw), [records[i] for i in rows], policy))  # type: ignore[misc]
     offset = sum(len(part[0]) for part in parts[:rank])
-    return Judgement(entries, records, groups, list(members.values()), offset, len(parts[rank][0]))
+    return Judgement(entries, records, groups, list(members.values()), offset, len(parts[rank][0]), copies)
 
 
 def gather_parts(obj: T) -> tuple[list[T], int]:

@@ -89,6 +89,7 @@ class AworldScheduler(MultiTurnScheduler):
         check_tools(tools, request.tools, sample.id)
         request.messages = swift_messages(messages)
         trajectory.swift_prompt_ids = self._prompt_ids(request)
+        trajectory.begin(request.messages, request.tools, trajectory.swift_prompt_ids)
 
     async def on_turn_end(self, infer_request: Any, response_choice: Any, current_turn: int) -> dict[str, Any]:
         trajectory = self.trajectories.get(infer_request.uuid)
@@ -130,6 +131,13 @@ class AworldScheduler(MultiTurnScheduler):
         sampled, env = trajectory.turn_sampled, trajectory.turn_env
         ids = [*sampled, *env]
         mask = [1] * len(sampled) + [0] * len(env)
+        if trajectory.new_segment:
+            # the episode goes on in a new training segment: ms-swift samples its next generation from the
+            # segment's own prompt (the driver's accumulated ids of this trajectory are replaced by one row
+            # per segment when the trainer receives it: aworld_swift.segments)
+            trajectory.new_segment = False
+            infer_request.messages = [dict(m) for m in trajectory.segment_messages[-1]]
+            trajectory.segment_prompts[-1] = self._prompt_ids(infer_request)
         result: dict[str, Any] = {"infer_request": infer_request, "response_token_ids": ids,
                                   "response_loss_mask": mask}
         logprobs = None
@@ -140,6 +148,19 @@ class AworldScheduler(MultiTurnScheduler):
             result["rollout_logprobs"] = logprobs
         trajectory.keep(mask, logprobs)
         return result
+
+    def set_assistant_message_token_ids(self, infer_request: Any, token_ids: list[int]) -> None:
+        """ms-swift freezes the trajectory's last assistant message as its accumulated ids before each
+        generation; in a trajectory of several segments those are the open segment's own (its prefix and
+        response so far), and a segment whose prompt ends with a user message has none yet."""
+        trajectory = self.trajectories.get(infer_request.uuid)
+        if trajectory is None or len(trajectory.segment_messages) < 2:
+            super().set_assistant_message_token_ids(infer_request, token_ids)
+            return
+        ids = trajectory.assistant_ids()
+        messages = infer_request.messages
+        if ids and messages and messages[-1].get("role") == "assistant":
+            messages[-1]["content"] = list(ids)
 
     def get_response_token_data(self, infer_request: Any, response_choice: Any, is_continuation: bool = False,
                                 response_token_ids: list[int] | None = None,
@@ -245,9 +266,13 @@ def _names(tools: Any) -> list[str]:
     return [str((t.get("function") or {}).get("name", t.get("name"))) for t in tools or [] if isinstance(t, dict)]
 
 
+def same_tools(live: Any, listed: Any) -> bool:
+    return _canonical(live) == _canonical(listed)
+
+
 def check_tools(live: Any, listed: Any, sample_id: str) -> None:
     """The episode's tools must be the ones the dataset row lists: ms-swift renders those."""
-    if _canonical(live) != _canonical(listed):
+    if not same_tools(live, listed):
         raise UsageError(
             f"the agent's tools for sample '{sample_id}' ({', '.join(_names(live)) or 'none'}) differ from the "
             f"tools its converted dataset row lists ({', '.join(_names(listed)) or 'none'}); ms-swift renders "

@@ -13,6 +13,17 @@ sequence with loss mask 0.
 So the sequence ms-swift trains is, token for token, the one the token client accumulated: the
 sampled ids exactly as ms-swift returned them (mask 1) and the environment ids between them (mask 0).
 
+**Segments.** When the token client begins a new training segment (the agent compacted its context,
+the client rewrote its history: the next prompt does not extend the sequence), ms-swift's next
+generation must be sampled from that new prompt, not from the continued sequence. The trajectory
+hands ms-swift the segment's prompt as messages ms-swift renders itself (``Trajectory.segment_request``):
+the first prompt's messages continued by the ids the new prompt adds after the first prompt (an
+id-backed assistant message, as ms-swift continues every turn), or, when the new prompt does not
+start with the first one (a summary that replaced the history), the new conversation's own plain
+messages. Each segment then becomes its own row of ms-swift's batch: its ms-swift prompt, then
+exactly the segment's response ids (sampled mask 1, environment mask 0) and its sampled tokens'
+logprobs (``trajectory_info``'s ``segments``; :mod:`aworld_swift.segments` turns them into rows).
+
 Nothing here imports ms-swift: :mod:`aworld_swift.scheduler` adapts this to ms-swift's hooks.
 Everything async here runs on the process's episode loop (``SwiftRuntime.loop``).
 """
@@ -26,7 +37,15 @@ from typing import TYPE_CHECKING, Any
 
 from aworld_core import LLMResponse
 from aworld_core.errors import LLMError, UsageError
-from aworld_core.schemas import Episode, EpisodeStatus, Message, RolloutContext, Sample, SamplingParams
+from aworld_core.schemas import (
+    Episode,
+    EpisodeStatus,
+    Message,
+    RolloutContext,
+    Sample,
+    SamplingParams,
+    TrainingView,
+)
 from aworld_core.tokens import LENGTH, STOP, TokenOutput
 from aworld_core.worker import describe, mask_runs, tool_counts, untrainable_reason
 
@@ -35,13 +54,13 @@ if TYPE_CHECKING:
 
 INFO_KEY = "aworld"  # the key of our entry in ms-swift's per-trajectory ``rollout_infos``
 
-# why an episode whose history was rewritten or compacted fails on ms-swift (recorded, never trained)
-SEGMENTS_REFUSED = (
-    "the episode began a second training segment (its conversation was rewritten or compacted: the new request "
-    "does not extend the recorded one); ms-swift 4.6 samples and trains one continued token sequence per "
-    "trajectory, so the swift backend cannot train segmented episodes: the episode is recorded as failed and "
-    "trains nothing. Train agents that compact or rewrite their history on trl, verl (V1) or areal, or remove "
-    "agent.compaction on swift"
+# why a new training segment cannot be sampled on ms-swift (the episode fails, recorded, never trained)
+SEGMENT_UNRENDERABLE = (
+    "the episode began a new training segment (its conversation was rewritten or compacted) whose prompt "
+    "neither continues the episode's first prompt nor is a conversation of plain system, user and assistant "
+    "messages ({why}); ms-swift samples every generation from messages it renders itself, so the swift backend "
+    "cannot sample that segment from the prompt the agent built: the episode is recorded as failed and trains "
+    "nothing. Compact with agent.compaction.strategy 'summary', or train this agent on trl, verl (V1) or areal"
 )
 
 
@@ -161,6 +180,16 @@ class Trajectory:
         # out untrainable (ms-swift keeps and extends them by reference until the trajectory's output is built)
         self.masks: list[list[int]] = []
         self.logprob_lists: list[list[float]] = []
+        # training segments (see the module docstring): the token client's first prompt, each segment's
+        # messages as ms-swift renders them, the ids ms-swift holds before a segment's first sampled token
+        # in its assistant message, each segment's ms-swift prompt ids, and the open segment's response ids
+        self.first_prompt_ids: list[int] = []
+        self.tools: Any = None  # the tools ms-swift renders (the dataset row's)
+        self.segment_messages: list[list[dict[str, Any]]] = []
+        self.segment_prefixes: list[list[int]] = []
+        self.segment_prompts: list[list[int] | None] = []
+        self.segment_ids: list[int] = []
+        self.new_segment = False  # the next generation opens a segment: ``step`` hands ms-swift its request
 
     # -- the episode side (episode loop) ---------------------------------------------------------
 
@@ -176,7 +205,15 @@ class Trajectory:
             return None
         self.pending = event
         self.prompt_ids = event.prompt_ids
+        self.first_prompt_ids = list(event.prompt_ids)
         return self.runtime.llm.request_of(self.episode_id)
+
+    def begin(self, messages: list[dict[str, Any]], tools: Any, prompt_ids: list[int] | None) -> None:
+        """The first segment: the messages ms-swift renders the first prompt from, and that prompt."""
+        self.tools = tools
+        self.segment_messages = [[dict(m) for m in messages]]
+        self.segment_prefixes = [[]]
+        self.segment_prompts = [prompt_ids]
 
     async def _run_episode(self) -> None:
         """The episode through the kit's runner: always finished and scored, never notified here."""
@@ -220,20 +257,65 @@ class Trajectory:
         event = await self.bridge.events.get()
         if isinstance(event, TurnRequest):
             base = [*self.prompt_ids, *sampled]
-            if event.prompt_ids[: len(base)] != base:
-                # the token client began a new training segment (a rewritten or compacted history):
-                # ms-swift trains one token sequence per trajectory and cannot start another
-                event.future.set_exception(LLMError(SEGMENTS_REFUSED))
-                event = await self.bridge.events.get()
-            else:
+            if event.prompt_ids[: len(base)] == base:
                 self.pending = event
                 self.turn_sampled = list(sampled)
                 self.turn_logprobs = logprobs
                 self.turn_env = event.prompt_ids[len(base):]
                 self.prompt_ids = event.prompt_ids
+                self.segment_ids += [*sampled, *self.turn_env]
+                return False
+            # the token client began a new training segment (a rewritten or compacted history): the
+            # segment ends with this turn's sampled ids, and ms-swift samples the next from the new prompt
+            try:
+                messages, prefix = self.segment_request(event.prompt_ids)
+            except UsageError as exc:
+                event.future.set_exception(LLMError(str(exc)))
+                event = await self.bridge.events.get()
+            else:
+                self.pending = event
+                self.turn_sampled = list(sampled)
+                self.turn_logprobs = logprobs
+                self.turn_env = []
+                self.prompt_ids = event.prompt_ids
+                self.segment_messages.append(messages)
+                self.segment_prefixes.append(prefix)
+                self.segment_prompts.append(None)  # ms-swift's rendering, set by the scheduler's ``step``
+                self.segment_ids = []
+                self.new_segment = True
                 return False
         self._ended(event)  # type: ignore[arg-type]
         return True
+
+    def segment_request(self, prompt_ids: list[int]) -> tuple[list[dict[str, Any]], list[int]]:
+        """The messages ms-swift samples a new segment's first generation from, and the ids they hold
+        in their (id-backed) last assistant message: the first prompt's messages continued by what the
+        new prompt adds after the token client's first prompt; else the new conversation's own plain
+        messages (ms-swift renders them as it renders every first prompt). ``UsageError`` otherwise."""
+        from aworld_swift.scheduler import same_tools, swift_messages
+
+        first = self.first_prompt_ids
+        if first and prompt_ids[: len(first)] == first:
+            added = list(prompt_ids[len(first):])
+            messages = [dict(m) for m in self.segment_messages[0]]
+            if added:
+                messages.append({"role": "assistant", "content": added})
+            return messages, added
+        sent, tools = self.runtime.llm.request_of(self.episode_id)
+        if not same_tools(tools, self.tools):
+            raise UsageError(SEGMENT_UNRENDERABLE.format(why="its tools differ from the dataset row's"))
+        try:
+            plain = swift_messages(sent)
+        except UsageError as exc:
+            raise UsageError(SEGMENT_UNRENDERABLE.format(why=str(exc).split(";")[0])) from None
+        if plain and plain[-1]["role"] == "assistant":
+            raise UsageError(SEGMENT_UNRENDERABLE.format(why="it ends with an assistant message"))
+        return plain, []
+
+    def assistant_ids(self) -> list[int]:
+        """The ids ms-swift's assistant message of the open segment holds: its prefix, then the
+        segment's response so far."""
+        return [*self.segment_prefixes[-1], *self.segment_ids]
 
     async def abort(self, reason: str) -> None:
         """End the episode from outside (ms-swift stopped the trajectory first): it fails."""
@@ -265,12 +347,21 @@ class Trajectory:
         reason = untrainable_reason(episode)
         if reason is not None:
             self.mark_untrainable(self.untrainable or describe(episode, reason))
+        if episode.training is not None and episode.training.num_segments != max(1, len(self.segment_messages)):
+            self.mark_untrainable(
+                f"the episode's training view has {episode.training.num_segments} segments but ms-swift sampled "
+                f"{len(self.segment_messages)} (a segment ms-swift did not sample cannot be trained)"
+            )
+            episode.training = None
         if episode.training is not None and self.swift_prompt_ids is not None:
-            # the response is what ms-swift trains; the prompt is ms-swift's rendering, not the chat template's
-            episode.training = episode.training.model_copy(update={"prompt_ids": list(self.swift_prompt_ids)})
+            # the responses are what ms-swift trains; each prompt is ms-swift's rendering, not the chat template's
+            episode.training = swift_view(episode.training, [self.swift_prompt_ids, *self.segment_prompts[1:]])
+        segments = None
+        if episode.training is not None and episode.training.num_segments > 1 and self.untrainable is None:
+            segments = segment_rows(episode.training, self.segment_messages, self.segment_prefixes)
         episode.metadata["swift"] = {"uuid": self.uuid, "turns": self.turns, "trained": self.untrainable is None,
-                                     "untrainable": self.untrainable}
-        self.info = trajectory_info(episode, self.untrainable)
+                                     "untrainable": self.untrainable, "segments": len(self.segment_messages)}
+        self.info = trajectory_info(episode, self.untrainable, segments)
         await runtime.runner(None).notify(episode)
         runtime.record(episode, self.sample)
         return self.info
@@ -295,7 +386,33 @@ class Trajectory:
             self.logprob_lists.append(logprobs)
 
 
-def trajectory_info(episode: Episode, untrainable: str | None) -> dict[str, Any]:
+def swift_view(view: TrainingView, prompts: list[list[int] | None]) -> TrainingView:
+    """``view`` with each segment's prompt as ms-swift rendered it (where it did: ``None`` keeps the
+    token client's): what ms-swift sampled each segment from and trains it on."""
+    segments = [s if p is None else s.model_copy(update={"prompt_ids": list(p)})
+                for s, p in zip(view.segments(), prompts, strict=True)]
+    return TrainingView.of_segments(segments)
+
+
+def segment_rows(view: TrainingView, messages: list[list[dict[str, Any]]],
+                 prefixes: list[list[int]]) -> list[dict[str, Any]]:
+    """One ms-swift row per segment (plain JSON: it travels from a rollout server): the messages
+    ms-swift renders the segment's prompt from, its response as ms-swift's id-backed assistant
+    message holds it (the prefix ids, mask 0, then exactly the segment's response ids and mask), the
+    logprobs of its sampled tokens, and the mask as runs (for the reward functions' records)."""
+    rows = []
+    for index, (segment, msgs, prefix) in enumerate(zip(view.segments(), messages, prefixes, strict=True)):
+        ids = [*prefix, *segment.response_ids]
+        mask = [0] * len(prefix) + list(segment.response_mask)
+        logprobs = [lp for lp, m in zip(segment.response_logprobs, segment.response_mask, strict=True) if m]
+        rows.append({"segment": index, "start": segment.start, "messages": msgs, "response_token_ids": ids,
+                     "response_loss_mask": mask, "rollout_logprobs": logprobs, "mask_runs": mask_runs(mask),
+                     "reward": segment.reward})
+    return rows
+
+
+def trajectory_info(episode: Episode, untrainable: str | None,
+                    segments: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """What the trainer sees of an episode (its reward functions, the group policy, the logs):
     plain JSON, since in server mode it travels from the rollout server to the trainer. With the
     mask of its training view (as runs) the trainer rebuilds the episode's record (see
@@ -314,5 +431,6 @@ def trajectory_info(episode: Episode, untrainable: str | None) -> dict[str, Any]
         "trained": untrainable is None,
         "untrainable": untrainable,
         "mask_runs": None if view is None else mask_runs(view.response_mask),
+        "segments": segments,
         **tool_counts(episode),
     }
