@@ -48,26 +48,33 @@ PUBLIC_MODULES: dict[str, tuple[str, ...] | None] = {
     # the registration contract: hook specs, what hooks return, what a job is, what a run produces
     "aworld_core.hookspecs": None,
     "aworld_core.specs": None,
-    "aworld_core.config": None,
+    "aworld_core.config": ("JobConfig", "load_job_config", "RewardSection", "flatten_dotted"),
     "aworld_core.schemas": None,
     "aworld_core.errors": None,
     # the two halves of a backend: the worker kit (inside the framework's processes) and the
-    # launcher side (plan files, the plan's execution, a vLLM server, evaluation, plots)
+    # launcher side (plan files, the plan's execution, a vLLM server, evaluation, plots, episode files)
     "aworld_core.worker": None,
     "aworld_core.launch": None,
-    "aworld_core.vllm_server": None,
+    "aworld_core.vllm_server": (
+        "VllmServer", "VllmServerSpec", "VllmWeightSync", "free_port", "gpu_visible", "scratch_root",
+        "wait_for_url", "write_safetensors", "reload_payload", "reload_source", "PAUSE_ROUTE",
+        "RESUME_ROUTE", "RELOAD_ROUTE", "RESET_PREFIX_CACHE_ROUTE",
+    ),
     "aworld_core.evaluate": None,
     "aworld_core.plots": None,
+    "aworld_core.export": ("JsonlEpisodeWriter", "write_jsonl", "read_jsonl", "write_episodes", "read_episodes"),
     # rules every process a plugin starts applies: secrets out of argv and logs, no telemetry
-    "aworld_core.secrets": None,
-    "aworld_core.offline": None,
+    "aworld_core.secrets": (
+        "public_job_dump", "secret_environment", "mask_value", "is_secret_name", "register_secrets",
+        "install_log_masking", "check_bind_token", "warn_if_readable_by_others",
+    ),
+    "aworld_core.offline": ("OFFLINE_ENV", "offline_env", "with_offline_env", "apply_offline_env"),
     # the subpackages' front doors (their __all__)
     "aworld_core.agents": None,
     "aworld_core.llm": None,
     "aworld_core.tokens": None,
     "aworld_core.datasets": None,
     "aworld_core.rewards": None,
-    "aworld_core.export": None,
     "aworld_core.trajectories": None,
     "aworld_core.gateway": None,
     "aworld_core.service": None,
