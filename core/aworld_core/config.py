@@ -29,6 +29,7 @@ from pydantic_core import PydanticCustomError
 
 from aworld_core.agents.agent import AgentConfig
 from aworld_core.errors import ConfigError, UsageError
+from aworld_core.policies import PolicySection, check_policy_sections
 from aworld_core.secrets import is_secret_name
 from aworld_core.tokens.families import TemplateOptions, resolve_options
 
@@ -236,6 +237,14 @@ class JobConfig(_Section):
     output_dir: str | None = Field(
         default=None, description="Where the job writes; default: <AWORLD_OUTPUT_ROOT>/<name>."
     )
+    policies: dict[str, PolicySection] = Field(
+        default_factory=dict,
+        description="Several policies in one job (aworld_core.policies, docs/multi-policy.md): name -> a LoRA "
+        "adapter on model.path, a model of its own, or a fixed endpoint; empty: one policy, the job's model.",
+    )
+    agent_policies: dict[str, str] = Field(
+        default_factory=dict, description="Agent name -> policy name, for every agent of the Swarm."
+    )
     seed: int = 0
     logging: LoggingSection = Field(default_factory=LoggingSection)
     base_dir: str | None = Field(
@@ -243,6 +252,11 @@ class JobConfig(_Section):
         description="Directory relative paths are resolved against: the config file's; for a job "
         "given as a dict, the current directory when unset.",
     )
+
+    @model_validator(mode="after")
+    def _policies(self) -> JobConfig:
+        check_policy_sections(self.policies, self.agent_policies, self.model.path if self.model else None)
+        return self
 
     def backend_section(self, backend: str) -> dict[str, Any]:
         return dict(self.backends.get(backend, {}))

@@ -3,7 +3,8 @@ training and validation loss with the held-out accuracy before and after (SFT).
 
 One plot for every backend that writes the job's ``metrics.jsonl`` (rows ``{"step": N, "reward": ...,
 "aworld/tool_call_rate": ..., "completions/mean_length": ..., "loss": ...}``): aworld-trl and
-aworld-verl draw it the same way. matplotlib is imported when a plot is drawn.
+aworld-verl draw it the same way; aworld-areal draws AReaL's own stat names with it (``reward_key``,
+``only_logged``). matplotlib is imported when a plot is drawn.
 """
 
 from __future__ import annotations
@@ -24,21 +25,27 @@ SFT_PANELS = (("loss", "loss (training, validation)"), (ACCURACY, "held-out accu
 
 def plot_metrics(history: Sequence[dict[str, Any]], path: str | Path, *, title: str = "",
                  accuracy: tuple[float | None, float | None] = (None, None),
-                 panels: Sequence[tuple[str, str]] = PANELS) -> Path | None:
+                 panels: Sequence[tuple[str, str]] = PANELS, reward_key: str = "reward",
+                 only_logged: bool = False) -> Path | None:
     """Write the plot; returns its path, or None when there is nothing to plot.
 
-    ``accuracy`` (before, after) is drawn on the reward panel as the held-out accuracy at the
-    first and last step, or as bars on an :data:`ACCURACY` panel. The loss panel also draws the
-    validation loss (``eval_loss``) when it was logged.
+    ``accuracy`` (before, after) is drawn on the reward panel (the one of ``reward_key``: backends
+    name their reward differently) as the held-out accuracy at the first and last step, or as bars
+    on an :data:`ACCURACY` panel. The loss panel also draws the validation loss (``eval_loss``)
+    when it was logged. ``only_logged`` leaves out the panels no row has a value for (and draws
+    nothing when that is all of them): for a backend whose stats depend on its configuration.
     """
+    rows = [r for r in history if "step" in r]
+    if only_logged:
+        panels = [(key, label) for key, label in panels
+                  if key == ACCURACY or any(isinstance(r.get(key), (int, float)) for r in rows)]
+    if not rows or not panels:
+        return None
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    rows = [r for r in history if "step" in r]
-    if not rows:
-        return None
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
     for ax, (key, label) in zip(axes if len(panels) > 1 else [axes], panels, strict=True):
         if key == ACCURACY:
@@ -53,7 +60,7 @@ def plot_metrics(history: Sequence[dict[str, Any]], path: str | Path, *, title: 
             if val:
                 ax.plot(*zip(*val, strict=True), marker="o", linewidth=1.2, color="tab:orange", label="validation")
                 ax.legend(loc="upper right", fontsize=8)
-        if key == "reward":
+        if key == reward_key:
             before, after = accuracy
             first, last = rows[0]["step"], rows[-1]["step"]
             marks = [(s, v) for s, v in ((first, before), (last, after)) if v is not None]

@@ -98,6 +98,10 @@ def validate_job(
         _check_environment(job)
     with problems.check("agent.mcp_config"):
         _check_mcp_config(job)
+    with problems.check("agent_policies"):  # every agent of the Swarm mapped to a policy
+        from aworld_core.policies import check_job_agents
+
+        check_job_agents(job)
     _check_datasets(job, evaluation=evaluation, problems=problems, missing={loc for loc, _, _ in missing})
     if evaluation and job.reward is None:
         problems.add("reward", UsageError("--eval needs a reward in the job config (e.g. reward: {name: gsm8k})"))
@@ -115,6 +119,10 @@ def validate_backend(backend: str, job: Any, problems: JobProblems | None = None
         require_framework(backend)
     with own.check("model, train_dataset, reward"):
         _check_training_inputs(backend, job)
+    with own.check("policies"):  # several policies: only on a backend that trains several
+        from aworld_core.policies import check_policy_backend
+
+        check_policy_backend(backend, job)
     if problems is None:
         own.raise_all()
 
