@@ -24,7 +24,8 @@ from areal.engine.vllm_remote import RemotevLLMEngine, VLLMBackend
 from areal.infra.remote_inf_engine import RemoteInfBackendProtocol, RemoteInfEngine
 
 from aworld_areal.config import SERVER_FILE, SPEC_ENV, build_areal_launch, run_options
-from aworld_areal.plugin import CONFIG_FILE, plan_launch
+from aworld_areal.plugin import CONFIG_FILE
+from aworld_areal.plugin import plan as areal_plan
 from aworld_areal.vllm_engine import ArealVllmEngine, PlainVllmBackend, install
 from aworld_core.config import load_job_config
 from aworld_core.errors import ConfigError, UsageError
@@ -163,7 +164,7 @@ def _job(tmp_path: Path, **areal):
 def test_the_cpu_plan_is_spmd_on_a_plain_vllm_server_with_every_variable(tmp_path, monkeypatch):
     monkeypatch.setattr("aworld_areal.config._gpu", lambda: False)
     out = tmp_path / "out"
-    plan = plan_launch(backend="areal", job=_job(tmp_path), output_dir=out)
+    plan = areal_plan(_job(tmp_path), out)
     env = plan.env
     assert {k: env[k] for k in ("AREAL_SPMD_MODE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")} == {
         "AREAL_SPMD_MODE": "1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
@@ -192,7 +193,7 @@ def test_a_running_server_is_named_by_url_and_nothing_is_started(tmp_path):
     job.backends["areal"]["vllm_server"] = {"url": "http://127.0.0.1:8123"}
     launch = build_areal_launch(job, tmp_path / "out")
     assert launch.server_address == "127.0.0.1:8123" and launch.server.url == "http://127.0.0.1:8123"
-    plan = plan_launch(backend="areal", job=job, output_dir=tmp_path / "out")
+    plan = areal_plan(job, tmp_path / "out")
     assert plan.env["AREAL_LLM_SERVER_ADDRS"] == "127.0.0.1:8123"
     assert any("nothing is started" in n for n in plan.notes)
 
@@ -214,7 +215,7 @@ def test_what_the_plain_server_or_spmd_would_not_honour_is_refused_at_plan_time(
     job = _job(tmp_path)
     job.backends["areal"].update(areal)
     with pytest.raises(ConfigError, match=re.escape(needle)):
-        plan_launch(backend="areal", job=job, output_dir=tmp_path / "out")
+        areal_plan(job, tmp_path / "out")
 
 
 def test_spmd_needs_a_server_and_single_controller_keeps_the_scheduler(tmp_path):
@@ -226,7 +227,7 @@ def test_spmd_needs_a_server_and_single_controller_keeps_the_scheduler(tmp_path)
     job = _job(tmp_path, mode="single_controller")
     launch = build_areal_launch(job, tmp_path / "out")
     assert launch.mode == "single_controller" and launch.config["scheduler"] == {"type": "local"}
-    plan = plan_launch(backend="areal", job=job, output_dir=tmp_path / "out")
+    plan = areal_plan(job, tmp_path / "out")
     assert "AREAL_SPMD_MODE" not in plan.env and plan.env[SPEC_ENV].endswith(SERVER_FILE)
 
 
@@ -322,12 +323,113 @@ def test_canary_single_controller_workers_build_the_engine_class_by_its_import_p
 
 
 def test_the_cpu_workers_run_areals_rpc_server_with_the_cpu_fixes(tmp_path, monkeypatch):
+    """The CPU plan's workers run ``aworld_areal.rpc_server``, which installs both fixes and then
+    runs AReaL's own worker ``main`` (with the arguments the scheduler gave, in ``sys.argv``)."""
     monkeypatch.setattr("aworld_areal.config._gpu", lambda: False)
     launch = build_areal_launch(_job(tmp_path, mode="single_controller"), tmp_path / "out")
     (spec,) = launch.config["actor"]["scheduling_spec"]
     assert spec["cmd"] == "python3 -m aworld_areal.rpc_server" and spec["gpu"] == 0
     from areal.infra.rpc import rpc_server
+    from areal.utils import saver
+    from transformers import AttentionInterface
 
     import aworld_areal.rpc_server as worker
+    from aworld_areal import packed_attention, without_triton
 
-    assert callable(rpc_server.main) and "rpc_server.main()" in inspect.getsource(worker.main)
+    seen = {}
+
+    def areals_main():
+        seen["sdpa"] = AttentionInterface._global_mapping["sdpa"]
+        seen["saver_fixed"] = getattr(saver.Saver._should_use_async, "_aworld", False)
+
+    registered, decision = AttentionInterface._global_mapping["sdpa"], saver.Saver._should_use_async
+    monkeypatch.setattr(rpc_server, "main", areals_main)
+    try:
+        packed_attention._installed = False
+        worker.main()
+    finally:
+        AttentionInterface.register("sdpa", registered)
+        packed_attention._installed = registered is packed_attention.packed_sdpa
+        saver.Saver._should_use_async = decision
+    assert seen["sdpa"] is packed_attention.packed_sdpa
+    assert seen["saver_fixed"] is without_triton.triton_missing()
+
+
+def test_canary_the_local_scheduler_runs_the_workers_cmd_in_this_interpreter_and_environment():
+    """Single-controller mode on a CPU: ``aworld_areal.rpc_server`` stands in for AReaL's worker
+    command (``scheduling_spec.cmd``). That holds while AReaL's ``LocalScheduler`` runs the command
+    as given plus its own ``--port ...`` arguments, with a leading ``python*`` replaced by the
+    controller's interpreter (where aworld-areal is installed), in a process that inherits the
+    controller's environment (``AWORLD_AREAL_VLLM_SERVER``, ``TORCHDYNAMO_DISABLE`` reach the
+    workers); while AReaL's worker module runs nothing but ``main()`` (our module runs the same after
+    the fixes); and while the worker builds the engine in its own process by its import path (where
+    the fixes are installed)."""
+    from areal.infra.rpc import rpc_server
+    from areal.infra.rpc.guard import engine_blueprint
+    from areal.infra.scheduler.local import LocalScheduler
+    from areal.infra.utils import proc
+
+    scheduler = inspect.getsource(LocalScheduler)
+    assert "cmd_prefix = shlex.split(scheduling.cmd)" in scheduler, "LocalScheduler no longer runs scheduling_spec.cmd"
+    assert 'cmd = [*cmd_prefix, "--port", str(ports[0]), *cmd_suffix]' in scheduler
+    assert 'if cmd[0].startswith("python"):' in scheduler and "cmd[0] = sys.executable" in scheduler
+    assert re.search(r"run_with_streaming_logs\(\s*cmd,\s*log_file,\s*merged_log,\s*role,\s*env_vars_in_cmd=env,\s*\)",
+                     scheduler), "the scheduler now passes the worker a whole environment: check what it inherits"
+    streaming = inspect.signature(proc.run_with_streaming_logs)
+    assert streaming.parameters["env"].default is None and "env=env," in inspect.getsource(proc.run_with_streaming_logs)
+    module = inspect.getsource(rpc_server)
+    assert module.rstrip().endswith('if __name__ == "__main__":\n    main()'), "AReaL's worker does more than main()"
+    assert "parse_known_args()" in inspect.getsource(rpc_server.main)  # reads the scheduler's arguments itself
+    create = inspect.getsource(engine_blueprint.create_engine)
+    assert "engine_class = import_from_string(engine)" in create
+
+
+def test_canary_the_engine_initialize_we_wrap_is_areals():
+    """``ArealVllmEngine.initialize`` waits for the server this run spawned, then calls AReaL's: it
+    must take what AReaL's takes, and SPMD's ``_init_rollout`` must build the engine and call it."""
+    import areal.trainer.rl_trainer as rl_trainer
+
+    assert list(inspect.signature(ArealVllmEngine.initialize).parameters) == list(
+        inspect.signature(RemotevLLMEngine.initialize).parameters)
+    source = inspect.getsource(rl_trainer.PPOTrainer._init_rollout)
+    assert re.search(r"engine = engine_cls\(config\)\s*engine\.initialize\(", source), source
+    init = inspect.getsource(rl_trainer.PPOTrainer.__init__)
+    # the server's start-up overlaps the actor's because the actor is built before the rollout engine
+    assert init.index("self.actor = self._create_train_engine(") < init.index("self.rollout = self._init_rollout(")
+
+
+def test_canary_the_spmd_environment_is_what_areal_reads(monkeypatch):
+    """The CPU plan's SPMD launch sets what AReaL's own launcher sets for its trainer
+    (``AREAL_SPMD_MODE=1``) and the server address its engine falls back to
+    (``AREAL_LLM_SERVER_ADDRS``, after ``name_resolve``: why the launch clears the trial's names)."""
+    from areal.infra.launcher import local
+    from areal.utils.environ import is_single_controller
+
+    from aworld_areal.plugin import spmd_env
+
+    env = spmd_env("127.0.0.1:8123")
+    monkeypatch.delenv("AREAL_SPMD_MODE", raising=False)
+    assert is_single_controller()
+    monkeypatch.setenv("AREAL_SPMD_MODE", env["AREAL_SPMD_MODE"])
+    assert not is_single_controller()
+    assert '"AREAL_SPMD_MODE": "1"' in inspect.getsource(local.local_main)
+    source = inspect.getsource(RemoteInfEngine.initialize)
+    assert 'os.getenv("AREAL_LLM_SERVER_ADDRS")' in source and 'addrs_str.split(",")' in source
+    assert source.index("wait_llm_server_addrs(") < source.index('os.getenv("AREAL_LLM_SERVER_ADDRS")')
+
+
+def test_canary_the_trainer_commits_each_steps_stats_through_its_stats_logger():
+    """``aworld_areal.run`` records ``metrics.jsonl`` by wrapping the trainer's ``stats_logger.commit``
+    on the instance, and reads the trainer's ``recover_info``, ``rollout``, ``eval_rollout``,
+    ``actor``, ``tokenizer`` and ``processor``."""
+    import areal.trainer.rl_trainer as rl_trainer
+    from areal.utils.stats_logger import StatsLogger
+
+    assert list(inspect.signature(StatsLogger.commit).parameters) == ["self", "epoch", "step", "global_step", "data"]
+    assert "__slots__" not in vars(StatsLogger)  # the instance attribute can be set
+    trainer = rl_trainer.PPOTrainer
+    assert "self.stats_logger.commit(epoch, epoch_step, global_step, stats)" in inspect.getsource(
+        trainer._export_and_commit_stats)
+    init = inspect.getsource(trainer.__init__)
+    for name in ("stats_logger", "recover_info", "rollout", "eval_rollout", "actor", "tokenizer", "processor"):
+        assert re.search(rf"self\.{name}\b[^=\n]*=", init), f"PPOTrainer.__init__ no longer sets self.{name}"
