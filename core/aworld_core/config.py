@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +30,7 @@ from pydantic_core import PydanticCustomError
 from aworld_core.agents.agent import AgentConfig
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.policies import PolicySection, check_policy_sections
+from aworld_core.schemas import SamplingParams
 from aworld_core.secrets import is_secret_name
 from aworld_core.tokens.families import TemplateOptions, resolve_options
 
@@ -157,6 +158,79 @@ class RewardSection(_Section):
     )
 
 
+class SamplingSection(_Section):
+    """How the trained policy samples its episodes during training: the one place for it.
+
+    Each backend maps these fields onto its own keys (TRL's ``GRPOConfig`` ``temperature`` /
+    ``top_p`` / ``top_k``, verl's ``actor_rollout_ref.rollout.*``, AReaL's ``gconfig.*``,
+    ms-swift's ``--temperature`` / ``--top_p`` / ``--top_k``), so a job samples alike on each. The
+    same setting written natively too is accepted when it agrees and refused when it does not.
+    Unset fields leave the backend's own default. The agent's own ``temperature`` / ``top_p`` /
+    ``top_k`` are for evaluation and untrained agents: a training job that sets them is refused
+    with the field to use here (``aworld_core.validation``).
+    """
+
+    temperature: float | None = Field(
+        default=None, gt=0, description="Sampling temperature; > 0 (training samples from the policy; greedy "
+        "decoding is for evaluation). Null: the backend's default."
+    )
+    top_p: float | None = Field(default=None, gt=0, le=1, description="Nucleus sampling; null: the backend's default.")
+    top_k: int | None = Field(
+        default=None, ge=0, description="Keep the k likeliest tokens; 0: off (every token). Null: the backend's default."
+    )
+
+    def given(self) -> dict[str, Any]:
+        """The fields the job sets (field -> value)."""
+        return {name: value for name, value in self.model_dump().items() if value is not None}
+
+    def params(self) -> SamplingParams | None:
+        """The set fields as ``SamplingParams`` (``None`` when none is set)."""
+        given = self.given()
+        return SamplingParams(**given) if given else None
+
+    def native(
+        self,
+        keys: Mapping[str, str],
+        written: Mapping[str, Any],
+        *,
+        prefix: str,
+        values: Mapping[str, Callable[[Any], Any]] | None = None,
+        backend: str = "this backend",
+    ) -> dict[str, Any]:
+        """What a backend puts in its own config for these settings: ``{native key: value}``.
+
+        ``keys`` maps each field to the backend's key; ``written`` is what the user wrote in the
+        backend's section (native key -> value); ``prefix`` is how that section is spelled in
+        messages (``"backends.trl."``); ``values`` converts a field's value to the backend's form
+        (e.g. ``top_k`` 0 -> verl's -1). A native key written with another value is a
+        ``ConfigError`` naming both keys; one written with the same value (ours or the converted
+        one) is accepted. A set field the backend has no key for is refused (it would be ignored).
+        """
+        mapped: dict[str, Any] = {}
+        for name, value in self.given().items():
+            if name not in keys:
+                raise ConfigError(
+                    f"rollout.sampling.{name}={value!r}: {backend} has no setting it maps to, so it would be "
+                    f"ignored; remove it (the fields {backend} honours: "
+                    f"{', '.join(f'rollout.sampling.{k}' for k in keys)})",
+                    [(f"rollout.sampling.{name}", value, f"unset on {backend}")],
+                )
+            key = keys[name]
+            native = values[name](value) if values and name in values else value
+            if key in written and written[key] not in (value, native):
+                raise ConfigError(
+                    f"rollout.sampling.{name}={value!r} and {prefix}{key}={written[key]!r} set the same "
+                    f"setting to different values; set it once: rollout.sampling.{name} (the one place for "
+                    f"training sampling, mapped to {prefix}{key}), and remove {prefix}{key}",
+                    [
+                        (f"rollout.sampling.{name}", value, f"the value of {prefix}{key}, or {prefix}{key} removed"),
+                        (f"{prefix}{key}", written[key], f"removed, or equal to rollout.sampling.{name}"),
+                    ],
+                )
+            mapped[key] = native
+        return mapped
+
+
 DEFAULT_EPISODE_TIMEOUT_S = 600.0
 
 
@@ -185,6 +259,11 @@ class RolloutSection(_Section):
     )
     max_failed_steps: int = Field(
         default=3, ge=1, description="Stop after this many consecutive steps in which every episode failed."
+    )
+    sampling: SamplingSection = Field(
+        default_factory=SamplingSection,
+        description="How the trained policy samples during training (temperature, top_p, top_k); each backend "
+        "maps it onto its own keys.",
     )
 
     def timeout_for(self, agent: Any) -> float | None:

@@ -123,6 +123,8 @@ def validate_backend(backend: str, job: Any, problems: JobProblems | None = None
         from aworld_core.policies import check_policy_backend
 
         check_policy_backend(backend, job)
+    with own.check("agent.temperature, agent.top_p, agent.top_k"):
+        check_training_sampling(job)
     if problems is None:
         own.raise_all()
 
@@ -157,6 +159,45 @@ def _check_training_inputs(backend: str, job: Any) -> None:
             missing.append("reward.name (a registered reward or 'module:function')")
     if missing:
         raise UsageError(f"the {backend} backend cannot train this job: set {', '.join(missing)} in the job config")
+
+
+# the agent's sampling fields that training replaces, and where each belongs in a training job
+AGENT_SAMPLING = ("temperature", "top_p", "top_k")
+
+
+def check_training_sampling(job: Any) -> None:
+    """Training sampling has one owner, ``rollout.sampling``: a training job that sets the agent's
+    own ``temperature`` / ``top_p`` / ``top_k`` is refused with the field to use instead (every
+    backend samples the trained policy with its own settings, so the agent's would be silently
+    replaced). They stay for evaluation (``--eval``) and for agents that are not trained. An SFT
+    job samples nothing: sampling set there is refused too."""
+    given = {name: getattr(job.agent, name) for name in AGENT_SAMPLING if getattr(job.agent, name) is not None}
+    sft = getattr(job, "sft", None) is not None
+    if sft:
+        given_rollout = job.rollout.sampling.given()
+        fields = [f"agent.{k}" for k in given] + [f"rollout.sampling.{k}" for k in given_rollout]
+        if fields:
+            raise ConfigError(
+                f"{', '.join(fields)}: an SFT job (sft:) trains on recorded episodes and samples nothing, so "
+                f"these would be ignored; remove them",
+                [(field, None, "unset in an SFT job") for field in fields],
+            )
+        return
+    if not given:
+        return
+    rollout = job.rollout.sampling.given()
+    moves = ", ".join(f"rollout.sampling.{k}: {v!r}" for k, v in given.items())
+    fields = ", ".join(f"agent.{k}" for k in given)
+    clash = {k: rollout[k] for k in given if k in rollout and rollout[k] != given[k]}
+    also = f" (rollout.sampling already says {', '.join(f'{k}: {v!r}' for k, v in clash.items())})" if clash else ""
+    raise ConfigError(
+        f"{fields} {'is' if len(given) == 1 else 'are'} the agent's own sampling, used for evaluation (--eval) and "
+        f"untrained agents; training samples the trained policy with the job's rollout.sampling, so "
+        f"{'it' if len(given) == 1 else 'they'} would be ignored{also}. Use rollout.sampling instead: set "
+        f"{moves} and remove {fields} (AgentTrainer: config={{'rollout': {{'sampling': {{...}}}}}}, and an "
+        f"AgentConfig without them)",
+        [(f"agent.{k}", v, f"unset in training; rollout.sampling.{k}") for k, v in given.items()],
+    )
 
 
 def _check_paths(job: Any) -> None:

@@ -297,10 +297,10 @@ def test_bad_cli_arguments_exit_2():
 def test_json_config_and_override_values_are_typed(tmp_path: Path):
     path = tmp_path / "job.json"
     servers = {"a": {"url": "http://127.0.0.1:9/mcp"}, "b": {"url": "http://127.0.0.1:9/mcp"}}
-    job = {"name": "j", "agent": {"temperature": 0.5, "mcp_config": {"mcpServers": servers}},
+    job = {"name": "j", "agent": {"mcp_config": {"mcpServers": servers}}, "rollout": {"sampling": {"temperature": 0.5}},
            **yaml.safe_load(_trainable(tmp_path))}
     path.write_text(json.dumps(job))
-    result = run_cli("--config", str(path), "--dry-run", "agent.top_k=5", "backends.trl.learning_rate=1e-5",
+    result = run_cli("--config", str(path), "--dry-run", "rollout.sampling.top_k=5", "backends.trl.learning_rate=1e-5",
                      "backends.trl.use_cpu=true", "agent.mcp_servers=[a, b]")
     assert result.returncode == 0, result.stderr
     assert "top_k: 5" in result.stdout and "learning_rate: 1.0e-05" in result.stdout

@@ -279,3 +279,18 @@ def main_run(argv: list[str], out: io.StringIO) -> int:
     from aworld_core.run import main
 
     return main(argv, out=out)
+
+
+def test_dry_run_refuses_a_compacting_agent_without_a_token_mean_loss(tmp_path, capsys):
+    from test_plan import _dry_run, _job_file
+
+    path = _job_file(tmp_path)
+    job = yaml.safe_load(path.read_text())
+    job["agent"]["compaction"] = COMPACTION
+    path.write_text(yaml.safe_dump(job))
+    code, text = _dry_run(path)
+    text += capsys.readouterr().err
+    assert code == 2 and "backends.swift.loss_type" in text and "dapo" in text
+    job["backends"]["swift"] = {"loss_type": "dapo"}
+    path.write_text(yaml.safe_dump(job))
+    assert _dry_run(path)[0] == 0

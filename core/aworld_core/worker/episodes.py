@@ -143,7 +143,8 @@ class EpisodeRunner:
     agent uses (a ``TokenLLM``; ``None``: the agents' own endpoints). ``reward``: the job's
     reward section(s) or name (``None``: not scored here). ``scorer``: replaces the built-in
     scoring with ``await scorer(episode, sample)`` (e.g. a process pool); it must not call
-    ``on_episode_end``. ``timeout`` / ``max_steps`` fill contexts that leave them unset.
+    ``on_episode_end``. ``timeout`` / ``max_steps`` fill contexts that leave them unset;
+    ``sampling`` (the job's ``rollout.sampling``) lies under each context's own sampling.
     """
 
     def __init__(
@@ -160,6 +161,7 @@ class EpisodeRunner:
         manager: Any = None,
         stats: Any = None,
         scorer: Scorer | None = None,
+        sampling: SamplingParams | None = None,
     ):
         from aworld_core.plugins import get_plugin_manager
 
@@ -176,13 +178,16 @@ class EpisodeRunner:
         self.manager = manager or get_plugin_manager()
         self.stats = stats
         self.scorer = scorer
+        self.sampling = sampling
         self._semaphores: dict[int, asyncio.Semaphore] = {}
 
     @classmethod
     def from_job(cls, job: Any, llm: Any = None, *, agent: Any = None, **kwargs: Any) -> EpisodeRunner:
         """A runner with the job's agent, reward, limits and group policy (``kwargs`` override).
 
-        ``rollout.max_turns`` replaces the agents' ``max_steps`` only when the job sets it;
+        ``rollout.sampling`` is the trained agents' sampling under whatever a context gives (a
+        backend that maps it onto its own keys passes the same values; one that passes none gets
+        the job's). ``rollout.max_turns`` replaces the agents' ``max_steps`` only when the job sets it;
         otherwise each agent keeps its own. The episode timeout is ``rollout.episode_timeout_s``
         when set, else the (lead) agent's ``episode_timeout_s``, else 600 s
         (``RolloutSection.timeout_for``).
@@ -198,6 +203,7 @@ class EpisodeRunner:
             "timeout": rollout.timeout_for(agent),
             "max_steps": rollout.max_turns,
             "concurrency": job.rollout.concurrency,
+            "sampling": rollout.sampling.params(),
         }
         options.update(kwargs)
         return cls(agent, llm, **options)
@@ -241,6 +247,8 @@ class EpisodeRunner:
             update["timeout"] = self.timeout
         if ctx.max_steps is None and self.max_steps is not None:
             update["max_steps"] = self.max_steps
+        if self.sampling is not None:  # the context's own settings win (e.g. greedy evaluation)
+            update["sampling"] = self.sampling.merged(ctx.sampling)
         return ctx.model_copy(update=update) if update else ctx
 
     async def _rollout(self, sample: Sample, ctx: RolloutContext) -> Episode:

@@ -111,6 +111,7 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
     user.pop(OPTIONS_KEY, None)
     user.pop(ROLLOUT_KEY, None)
     args = _merge(defaults, user, "backends.swift")
+    _check_compaction(job, args)
     if args.get("vllm_mode") == "server":
         if args.get("use_vllm") is False:
             raise ConfigError("backends.swift.vllm_mode is 'server' but use_vllm is false: set use_vllm: true "
@@ -124,6 +125,22 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
         if not (isinstance(ports, list) and len(ports) > 1):  # several servers: the user's own list
             args["vllm_server_port"] = [_server_port(job, args)]
     return {key: value for key, value in args.items() if value is not None}
+
+
+def _check_compaction(job: Any, args: dict[str, Any]) -> None:
+    """An agent that compacts its context trains episodes of several segments: ms-swift must then
+    use a token-mean loss (``aworld_swift.segments``), refused here as the trainer would refuse it."""
+    from aworld_swift.segments import TOKEN_MEAN_LOSSES
+
+    if getattr(job.agent, "compaction", None) is None:
+        return
+    loss_type = args.get("loss_type", "grpo")
+    if loss_type not in TOKEN_MEAN_LOSSES:
+        raise ConfigError(
+            f"agent.compaction makes episodes of several training segments, and backends.swift.loss_type is "
+            f"{loss_type!r} (ms-swift's default 'grpo' averages each row: an episode would weigh as much as its "
+            f"number of segments); set backends.swift.loss_type to one of {', '.join(TOKEN_MEAN_LOSSES)} (dapo)"
+        )
 
 
 def rollout_args(job: Any, args: dict[str, Any]) -> dict[str, Any]:

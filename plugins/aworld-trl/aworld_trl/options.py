@@ -70,6 +70,10 @@ class VllmRollout(BaseModel):
 # our options that became job-wide settings: refused where they were, naming where they are now
 MOVED = {"max_failed_steps": "rollout.max_failed_steps"}
 
+# the job's rollout.sampling -> GRPOConfig's keys (the same names; top_k 0 is TRL's "off" too).
+# TRL's generation is replaced by ours, which samples with exactly these (aworld_trl.rollout)
+SAMPLING_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k"}
+
 # what to do instead of sharding parameters (the rollout decodes with the raw model)
 _UNSHARDED = (
     "the trl backend samples episodes with its own decode over the raw model in each process; with "
@@ -241,6 +245,15 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+def grpo_arguments(job: Any) -> dict[str, Any]:
+    """``backends.trl`` with the job's ``rollout.sampling`` mapped onto GRPOConfig's keys (what the
+    plan shows and the run builds ``GRPOConfig`` from). ``ConfigError`` when ``backends.trl`` sets one
+    of them to another value (the same value is accepted)."""
+    section = job.backend_section("trl")
+    section.update(job.rollout.sampling.native(SAMPLING_KEYS, section, prefix="backends.trl.", backend="trl"))
+    return section
+
+
 def split_section(section: dict[str, Any]) -> tuple[dict[str, Any], TrlOptions]:
     """``backends.trl`` -> (GRPOConfig arguments, our options)."""
     section = dict(section)
@@ -373,7 +386,7 @@ def check_section(job: Any) -> TrlOptions:
     run builds it (unknown keys, generation-only settings, values TRL refuses, ``report_to``)."""
     import importlib.util
 
-    arguments, options = split_section(job.backend_section("trl"))
+    arguments, options = split_section(grpo_arguments(job))
     refuse_sharded_training(arguments, job)
     options.vllm = split_vllm(dict(arguments))
     if options.vllm is not None:
@@ -459,7 +472,7 @@ def grpo_config(job: Any, output_dir: Path) -> tuple[Any, TrlOptions]:
     """The ``GRPOConfig`` for ``job`` and our options. Raises ``ConfigError`` on bad keys or values."""
     from trl import GRPOConfig
 
-    arguments, options = split_section(job.backend_section("trl"))
+    arguments, options = split_section(grpo_arguments(job))
     refuse_sharded_training(arguments, job)
     check_config_keys(arguments, GRPOConfig, f"Every key of backends.trl except '{SECTION}' is passed to trl.GRPOConfig")
     options.vllm = split_vllm(arguments)
