@@ -42,6 +42,14 @@ class EvalReport:
         )
 
 
+def tool_use_rate(episodes: Sequence[Episode]) -> float:
+    """Share of episodes in which the model called at least one tool (0.0 for none): what each
+    backend reports beside held-out accuracy (``eval_<when>/tool_use_rate``)."""
+    if not episodes:
+        return 0.0
+    return sum(1 for e in episodes if any(s.exp_data.actions for s in e.steps)) / len(episodes)
+
+
 async def evaluate(
     agent: Any,
     samples: Sequence[Sample],

@@ -171,7 +171,7 @@ class ArealRun:
             self.metrics[f"eval_{when}/skipped"] = "single_controller"
             return None
         from aworld_areal.engine import ArealTokenEngine
-        from aworld_core.evaluate import evaluate
+        from aworld_core.evaluate import evaluate, tool_use_rate
         from aworld_core.worker import (
             LoopThread,
             build_agent,
@@ -208,7 +208,7 @@ class ArealRun:
             # training episodes use it on AReaL's loop
             loop.run(close_shared_sessions())
             loop.close()
-        tools = _tool_use_rate(report.episodes)
+        tools = tool_use_rate(report.episodes)
         self.artifacts[f"eval_{when}"] = str(path)
         self.metrics[f"eval_{when}/accuracy"] = report.accuracy
         self.metrics[f"eval_{when}/tool_use_rate"] = tools
@@ -285,12 +285,6 @@ def _exit_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
-
-
-def _tool_use_rate(episodes: list[Any]) -> float:
-    if not episodes:
-        return 0.0
-    return sum(1 for e in episodes if any(s.exp_data.actions for s in e.steps)) / len(episodes)
 
 
 def _number(value: Any) -> Any:

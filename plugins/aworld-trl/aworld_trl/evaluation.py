@@ -38,13 +38,6 @@ def report(episodes: Sequence[Episode], duration_s: float, path: str | Path | No
     )
 
 
-def tool_use_rate(episodes: Sequence[Episode]) -> float:
-    """Share of episodes in which the model called at least one tool."""
-    if not episodes:
-        return 0.0
-    return sum(1 for e in episodes if any(s.exp_data.actions for s in e.steps)) / len(episodes)
-
-
 def evaluate_greedy(runner: Any, loop: Any, samples: Sequence[Sample], *, tag: str,
                     output: str | Path | None = None, model: Any = None) -> EvalReport:
     """Run every sample once, greedily, through ``runner`` (the kit's ``EpisodeRunner``; its

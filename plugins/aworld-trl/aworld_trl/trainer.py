@@ -246,7 +246,8 @@ class TrlRun:
         return trainer, progress
 
     def _evaluate(self, runner: Any, loop: Any, samples: list[Any] | None, when: str, model: Any) -> Any:
-        from aworld_trl.evaluation import evaluate_greedy, tool_use_rate
+        from aworld_core.evaluate import tool_use_rate
+        from aworld_trl.evaluation import evaluate_greedy
 
         if not samples:
             return None

@@ -274,7 +274,7 @@ def evaluate_model(job: Any, plan: LaunchPlan, options: VerlOptions, model_dir: 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from aworld_core.evaluate import evaluate
+    from aworld_core.evaluate import evaluate, tool_use_rate
     from aworld_core.tokens import HFTokenEngine, load_tokenizer
     from aworld_core.worker import build_agent, build_token_llm, closing_shared_sessions
 
@@ -300,16 +300,10 @@ def evaluate_model(job: Any, plan: LaunchPlan, options: VerlOptions, model_dir: 
             sampling=GREEDY), agent))
     finally:
         torch.set_num_threads(threads)
-    tools = _tool_use_rate(report.episodes)
+    tools = tool_use_rate(report.episodes)
     print(f"  {when}: {report.summary()}; tool use {tools:.2f}", flush=True)
     report.tool_use_rate = tools
     return report
-
-
-def _tool_use_rate(episodes: list[Any]) -> float:
-    if not episodes:
-        return 0.0
-    return sum(1 for e in episodes if any(s.exp_data.actions for s in e.steps)) / len(episodes)
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:
