@@ -17,7 +17,7 @@ Rows: one function per backend (``BACKENDS``); a later backend adds its function
 AReaL has two rows: its default staleness bound (``max_head_offpolicyness: 2``, rollouts run ahead of
 the trained policy) and ``areal-s0`` (0: none do), side by side.
 
-    .venv/bin/python benchmarks/backends_e2e.py                    # trl and verl, 30 steps each
+    .venv/bin/python benchmarks/backends_e2e.py                    # every backend (BACKENDS), 30 steps each
     .venv/bin/python benchmarks/backends_e2e.py --steps 40 --backends verl --heldout 50
 """
 
