@@ -215,6 +215,33 @@ def test_rows_leave_out_empty_dicts_and_name_bad_columns(tmp_path):
         to_verl_rows([Sample(id="c", prompt=[{"role": "user", "content": [{"type": "text", "text": "x"}]}])], split="t")
 
 
+def test_rollout_sampling_becomes_verls_rollout_keys_and_a_conflict_is_refused(tmp_path, tiny_model_dir):
+    """The job's rollout.sampling is verl's actor_rollout_ref.rollout.temperature/top_p/top_k in the planned
+    command (as verl's own config composes it: what its agent loop puts in every sample's sampling_params);
+    top_k 0 ("off") is verl's -1. The same key written in backends.verl with another value is refused
+    naming both; with the same value it is accepted."""
+    from verl_testkit import compose_verl_config
+
+    from aworld_core.config import load_job_config
+    from aworld_core.errors import ConfigError
+
+    _job(tmp_path, tiny_model_dir)
+    sampling = ["rollout.sampling.temperature=0.7", "rollout.sampling.top_p=0.9", "rollout.sampling.top_k=0"]
+    plan = _plan(load_job_config(tmp_path / "job.yaml", sampling))
+    args = dict(arg.split("=", 1) for arg in plan.command[3:])
+    assert (args["actor_rollout_ref.rollout.temperature"], args["actor_rollout_ref.rollout.top_p"],
+            args["actor_rollout_ref.rollout.top_k"]) == ("0.7", "0.9", "-1")
+    rollout = compose_verl_config(plan.command[3:]).actor_rollout_ref.rollout
+    assert (rollout.temperature, rollout.top_p, rollout.top_k) == (0.7, 0.9, -1)
+
+    same = _plan(load_job_config(tmp_path / "job.yaml", [*sampling, "backends.verl.actor_rollout_ref.rollout.top_k=-1",
+                                                         "backends.verl.actor_rollout_ref.rollout.temperature=0.7"]))
+    assert "actor_rollout_ref.rollout.top_k=-1" in same.command
+    with pytest.raises(ConfigError) as refused:
+        _plan(load_job_config(tmp_path / "job.yaml", [*sampling, "backends.verl.actor_rollout_ref.rollout.temperature=1.0"]))
+    assert "rollout.sampling.temperature=0.7 and backends.verl.actor_rollout_ref.rollout.temperature=1.0" in str(refused.value)
+
+
 def test_launch_needs_a_model_and_data_but_a_dry_run_plans(tmp_path):
     from aworld_core.config import load_job_config
     from aworld_core.errors import UsageError

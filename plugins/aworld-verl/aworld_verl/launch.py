@@ -92,6 +92,15 @@ SEED_DEFAULTS: dict[str, Any] = {
     "trainer.total_epochs": 1,
 }
 
+# the job's rollout.sampling -> verl's rollout keys (verl passes them to its servers per sample, and
+# aworld_verl.sampling hands them to the episode); top_k 0 ("off") is verl's -1
+SAMPLING_KEYS = {
+    "temperature": "actor_rollout_ref.rollout.temperature",
+    "top_p": "actor_rollout_ref.rollout.top_p",
+    "top_k": "actor_rollout_ref.rollout.top_k",
+}
+SAMPLING_VALUES = {"top_k": lambda k: -1 if k == 0 else k}
+
 _BARE = re.compile(r"^[A-Za-z0-9_\-+./@]+$")
 _LOOKS_TYPED = re.compile(r"^([-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|true|false|null|none|nan|inf)$", re.I)
 
@@ -182,12 +191,21 @@ def job_overrides(job: Any, output_dir: Path) -> dict[str, Any]:
         overrides["actor_rollout_ref.rollout.multi_turn.max_assistant_turns"] = job.rollout.max_turns
     if job.model is not None and job.model.tool_parser in VERL_TOOL_FORMATS:
         overrides["actor_rollout_ref.rollout.multi_turn.format"] = job.model.tool_parser
+    overrides.update(sampling_overrides(job))
     overrides.update(_reward_overrides(job))
     # V1's replay buffer with AWorld's per-step counts and the all-failed stop (aworld_verl.sampler)
     overrides[SAMPLER_PATH_KEY] = SAMPLER_MODULE
     overrides["trainer.v1.sampler.custom_sampler.name"] = SAMPLER_NAME
     overrides[f"{SAMPLER_KWARGS}.aworld_max_failed_steps"] = job.rollout.max_failed_steps
     return overrides
+
+
+def sampling_overrides(job: Any) -> dict[str, Any]:
+    """The job's ``rollout.sampling`` as verl overrides; ``ConfigError`` when ``backends.verl`` sets
+    one of those keys (nested or dotted, any ``+`` spelling) to another value."""
+    written = {key.lstrip("+"): value for key, value in flatten_dotted(job.backend_section(BACKEND)).items()}
+    return job.rollout.sampling.native(SAMPLING_KEYS, written, prefix="backends.verl.", values=SAMPLING_VALUES,
+                                       backend="verl")
 
 
 def _lookup(overrides: dict[str, Any], key: str, default: Any = None) -> Any:
