@@ -369,3 +369,13 @@ def test_a_failed_trainer_reports_the_rollout_servers_log_and_stops_it(tmp_path,
 
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0  # stopped
+
+
+def test_list_says_swift_trains_without_a_gpu_in_each_generation_mode():
+    """``--list`` tells the truth: transformers generation, colocated vLLM (its CPU build) and server
+    mode (``swift rollout``) all run on a CPU."""
+    from aworld_core.plugins import get_plugin_manager
+
+    spec = get_plugin_manager().catalog().backend("swift")
+    assert spec.requires_gpu is False
+    assert "on a CPU" in spec.description and "colocated" in spec.description and "swift rollout" in spec.description

@@ -17,7 +17,8 @@ def register_backends() -> list[Backend]:
     return [
         Backend(
             NAME,
-            "ms-swift multi-turn GRPO (runs on a CPU with plain transformers generation)",
+            "ms-swift multi-turn GRPO (on a CPU: transformers generation, or vLLM's CPU build colocated or "
+            "as a `swift rollout` server, vllm_mode server; vLLM on GPUs)",
             planner="aworld_swift.launch:build_plan",
             launcher="aworld_swift.launch:launch",
             sft_planner="aworld_swift.sft:build_sft_plan",
