@@ -270,3 +270,11 @@ def check_job_agents(job: Any) -> None:
     from aworld_core.worker.build import build_agent
 
     check_agent_mapping(build_agent(job, cache=False), job)
+
+
+def policy_segments(episode: Any, policy: str) -> list[Any]:
+    """The training segments of ``episode`` that ``policy`` sampled (``TrainingSegment.policy``), in
+    order: exactly its own agents' turns; every other agent's words are prompt or env tokens there."""
+    from aworld_core.worker.credit import episode_segments
+
+    return [s for s in episode_segments(episode) if s.policy == policy]

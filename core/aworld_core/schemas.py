@@ -99,6 +99,9 @@ class TrainingSegment(_Model):
     ``start`` says why the segment begins (``first``, ``rewrite``, ``template``, ``compaction``);
     ``reward`` is the segment's own reward when the reward function gave per-segment rewards
     (``aworld_core.worker.credit``), else ``None``: the segment is credited with the episode's.
+    ``policy`` names the policy that sampled it in a multi-policy job (``aworld_core.policies``; its
+    mask-1 tokens are that policy's, everything another agent said is prompt or env tokens, mask 0);
+    ``None`` in a single-policy job.
     """
 
     prompt_ids: list[int]
@@ -110,6 +113,7 @@ class TrainingSegment(_Model):
     truncated: bool = False
     start: str = SEGMENT_FIRST
     reward: float | None = None
+    policy: str | None = None
 
     @field_validator("start")
     @classmethod

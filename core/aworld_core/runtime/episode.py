@@ -36,6 +36,7 @@ from aworld_core.agents.compaction import (
 from aworld_core.agents.swarm import Swarm
 from aworld_core.aio import gather_settled, maybe_await
 from aworld_core.errors import EpisodeInputError, LLMError, MCPConnectionError, UsageError
+from aworld_core.policy_clients import PolicyClients
 from aworld_core.schemas import (
     ActionResult,
     Episode,
@@ -122,7 +123,16 @@ class _Run:
     def agents(self) -> list[Agent]:
         return self.root.agents if isinstance(self.root, Swarm) else [self.root]
 
+    @property
+    def router(self) -> PolicyClients | None:
+        """The per-agent clients of a multi-policy job (``aworld_core.policy_clients``), if given."""
+        return self.llm if isinstance(self.llm, PolicyClients) else None
+
     def is_trained(self, agent: Agent) -> bool:
+        """Whether the agent samples through the backend's token client (its turns are recorded):
+        a multi-policy job's mapping decides, else the Swarm's (or the agent's) own flags."""
+        if self.router is not None:
+            return self.router.routes(agent.name)
         if isinstance(self.root, Swarm):
             return self.root.is_trained(agent)
         return agent.trainable
@@ -130,8 +140,26 @@ class _Run:
     def uses_trained_llm(self, agent: Agent) -> bool:
         return self.llm is not None and self.is_trained(agent)
 
+    def trained_client(self, agent: Agent) -> Any:
+        return self.router.client(agent.name) if self.router is not None else self.llm
+
+    def own_client(self, agent: Agent) -> Any:
+        """The client of an agent that is not recorded: its endpoint policy's, else its own."""
+        return self.router.endpoint_client(agent.name) if self.router is not None else agent.own_llm()
+
     def check(self) -> None:
         """Setup errors, raised before anything runs."""
+        if self.router is not None:
+            self.router.check(self.root)  # every agent mapped to a policy
+            if not any(self.router.routes(a.name) for a in self.agents):
+                raise UsageError(
+                    f"no agent of '{self.root.name}' is mapped to a policy served here: every agent samples "
+                    f"from an endpoint, so nothing would be recorded or trained"
+                )
+            for agent in self.agents:
+                if not self.router.routes(agent.name):
+                    self.own_client(agent)  # an endpoint's key that is not set is named now
+            return
         if self.llm is not None and not any(self.is_trained(a) for a in self.agents):
             raise UsageError(
                 f"an LLM to train was passed, but no agent of '{self.root.name}' is trainable: mark the "
@@ -250,12 +278,12 @@ class _Run:
     async def converse(self, agent: Agent, messages: list[Message], from_agent: str, pre_agent: str | None) -> _Result:
         trained = self.uses_trained_llm(agent)
         if trained:
-            client = self.llm
+            client = self.trained_client(agent)
             session_id = self._new_session()
             if self.primary_messages is None:
                 self.primary_messages = messages
         else:
-            client = agent.own_llm()
+            client = self.own_client(agent)
             session_id = self.episode.id
         sampling = agent.sampling()
         if self.is_trained(agent):

@@ -40,6 +40,9 @@ PRESENCE_PENALTY = "presence_penalty"  # float: subtracted once from every id sa
 FREQUENCY_PENALTY = "frequency_penalty"  # float: subtracted per time an id was sampled so far
 STRUCTURED_OUTPUT = "structured_output"  # {"json_schema": schema} | {"json_object": True}: grammar-constrained
 STREAM = "stream"  # not a sampling key: the engine has ``stream()`` (tokens as they are sampled)
+# Which of the engine's LoRA adapters samples the request (several policies on one base model,
+# ``aworld_core.policies``); only engines listing it in ``features`` take it (``AdapterEngine`` checks).
+ADAPTER = "adapter"
 FEATURES = (TOP_LOGPROBS, LOGIT_BIAS, PRESENCE_PENALTY, FREQUENCY_PENALTY, STRUCTURED_OUTPUT, STREAM)
 
 

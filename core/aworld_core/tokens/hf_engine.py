@@ -23,6 +23,13 @@ they count as processing: ``"processed"`` logprobs include them, ``"scaled"`` an
 policy the trainer recomputes) do not. ``top_logprobs`` (k) reports the k most likely ids per
 sampled token from the same table as ``logprobs``. ``stream()`` yields tokens as they are sampled.
 
+Several LoRA adapters of one base model (several policies, ``aworld_core.policies``): when the model
+is a ``peft.PeftModel``, ``sampling.extra['adapter']`` names the adapter that samples the request
+(``"__base__"``: the base model without adapters). Requests naming adapters are batched together,
+each row through its own adapter (peft's mixed-adapter forward, ``adapter_names``: the base layer
+on the whole batch, each adapter on its rows); requests naming none are batched apart, through the
+model as it is. Each adapter has its own policy version (``set_version(v, adapter=name)``).
+
 Concurrent requests arriving within ``batch_window_s`` with the same temperature, top-p, top-k and
 logprobs mode are left-padded and generated together; each row keeps its own ``max_tokens``,
 stop ids, stop strings and seed. A seeded request draws from its own ``torch.Generator``, so it
@@ -43,6 +50,7 @@ from aworld_core.errors import UsageError
 from aworld_core.schemas import SamplingParams
 from aworld_core.tokens.engine import (
     ABORT,
+    ADAPTER,
     FREQUENCY_PENALTY,
     LENGTH,
     LOGIT_BIAS,
@@ -70,7 +78,7 @@ class _Request:
 class HFTokenEngine:
     """Samples from a ``transformers`` causal LM, token ids in and out, with logprobs."""
 
-    features = frozenset({TOP_LOGPROBS, LOGIT_BIAS, PRESENCE_PENALTY, FREQUENCY_PENALTY})
+    features = frozenset({TOP_LOGPROBS, LOGIT_BIAS, PRESENCE_PENALTY, FREQUENCY_PENALTY, ADAPTER})
 
     def __init__(
         self,
@@ -93,6 +101,7 @@ class HFTokenEngine:
         self.batch_window_s = batch_window_s
         self.max_batch_size = max(1, max_batch_size)
         self.version = version
+        self.adapter_versions: dict[str, int] = {}  # per LoRA adapter; one not here has ``version``
         self.stop_token_ids = set(stop_token_ids or []) | _default_stops(model, tokenizer)
         config = model.config
         self.vocab_size = int(getattr(config, "vocab_size", 0) or 0)
@@ -128,9 +137,19 @@ class HFTokenEngine:
         model.eval()
         return cls(model, tokenizer if tokenizer is not None else load_tokenizer(path), **kwargs)
 
-    def set_version(self, version: int) -> None:
-        """The policy version stamped on tokens sampled from now on (a trainer bumps it per update)."""
-        self.version = version
+    def set_version(self, version: int, adapter: str | None = None) -> None:
+        """The policy version stamped on tokens sampled from now on (a trainer bumps it per update);
+        ``adapter``: only on what that LoRA adapter samples (each policy counts its own updates)."""
+        if adapter is None:
+            self.version = version
+        else:
+            self.adapter_versions[adapter] = version
+
+    def adapters(self) -> list[str]:
+        """The LoRA adapters a request may name (the model's, when it is a ``peft.PeftModel``)."""
+        if not _is_peft_model(self.model):
+            return []
+        return sorted(self.model.peft_config)
 
     # -- TokenEngine --------------------------------------------------------------------------
 
@@ -198,7 +217,7 @@ class HFTokenEngine:
 
     def _batch_key(self, sampling: SamplingParams) -> tuple:
         mode = sampling.extra.get(LOGPROBS_MODE, self.logprobs_mode)
-        return (sampling.temperature, sampling.top_p, sampling.top_k, mode)
+        return (sampling.temperature, sampling.top_p, sampling.top_k, mode, sampling.extra.get(ADAPTER) is not None)
 
     def _check(self, prompt_ids: list[int], sampling: SamplingParams) -> None:
         if not prompt_ids:
@@ -226,6 +245,15 @@ class HFTokenEngine:
             value = sampling.extra.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise UsageError(f"{key} must be a number, got {value!r}")
+        adapter = sampling.extra.get(ADAPTER)
+        if adapter is not None and adapter != _BASE:
+            known = self.adapters()
+            if adapter not in known:
+                raise UsageError(
+                    f"adapter {adapter!r} is not one of this engine's LoRA adapters ("
+                    + (", ".join(known) if known else "the model is not a peft.PeftModel: it has none")
+                    + "); add it to the model (PeftModel.add_adapter / load_adapter) or name one it has"
+                )
         bias = sampling.extra.get(LOGIT_BIAS)
         if bias is not None:
             if not isinstance(bias, dict):
@@ -275,7 +303,16 @@ class HFTokenEngine:
         first = batch[0].sampling
         mode = first.extra.get(LOGPROBS_MODE, self.logprobs_mode)
         temperature = 1.0 if first.temperature is None else float(first.temperature)
-        version = self.version
+        names = [r.sampling.extra.get(ADAPTER) for r in batch]
+        adapters: dict[str, Any] = {}
+        if names[0] is not None:  # the batch key keeps requests with and without adapters apart
+            if self.model.training:
+                raise UsageError(
+                    "the engine's model is in training mode, where peft refuses per-row adapters; put it in "
+                    "eval mode while it samples (model.eval(); the trl rollout does)"
+                )
+            adapters["adapter_names"] = names
+        versions = [self.version if n is None else self.adapter_versions.get(n, self.version) for n in names]
 
         lengths = [len(r.prompt_ids) for r in batch]
         width = max(lengths)
@@ -320,6 +357,7 @@ class HFTokenEngine:
                 past_key_values=past,
                 use_cache=True,
                 logits_to_keep=1,
+                **adapters,
             )
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()
@@ -342,7 +380,7 @@ class HFTokenEngine:
                     top = dict(top_lists[i][: top_k[i]])
                     tops[i].append(top)
                 if request.sink is not None:
-                    request.sink(token, logprob_list[i], top, version)
+                    request.sink(token, logprob_list[i], top, versions[i])
                 if token in request.stop_ids or self._hit_stop_string(request, tokens[i]):
                     done[i], reasons[i] = True, STOP
                 elif len(tokens[i]) >= limits[i]:
@@ -360,7 +398,7 @@ class HFTokenEngine:
             attention = torch.cat([attention, torch.ones((size, 1), dtype=attention.dtype, device=device)], dim=-1)
             positions = positions[:, -1:] + 1
         return [
-            TokenOutput(tokens[i], logprobs[i], reasons[i], version, tops[i] if wants_top[i] else None)
+            TokenOutput(tokens[i], logprobs[i], reasons[i], versions[i], tops[i] if wants_top[i] else None)
             for i in range(size)
         ]
 
@@ -486,6 +524,15 @@ def _top_entries(table: Any, k: int) -> list[list[tuple[int, float]]]:
         return [[] for _ in range(table.shape[0])]
     values, ids = torch.topk(table, min(k, table.shape[-1]), dim=-1)
     return [list(zip(row_ids, row_values, strict=True)) for row_ids, row_values in zip(ids.tolist(), values.tolist(), strict=True)]
+
+
+_BASE = "__base__"  # peft's name for the base model in a mixed-adapter batch
+
+
+def _is_peft_model(model: Any) -> bool:
+    """A ``peft.PeftModel`` (it takes ``adapter_names`` per row); checked without importing peft."""
+    return isinstance(getattr(model, "peft_config", None), dict) and hasattr(model, "base_model") and hasattr(
+        model, "_enable_peft_forward_hooks")
 
 
 def _default_stops(model: Any, tokenizer: Any) -> set[int]:
