@@ -190,7 +190,7 @@ class SamplingSection(_Section):
 
     def native(
         self,
-        keys: Mapping[str, str],
+        keys: Mapping[str, str | Sequence[str]],
         written: Mapping[str, Any],
         *,
         prefix: str,
@@ -199,7 +199,8 @@ class SamplingSection(_Section):
     ) -> dict[str, Any]:
         """What a backend puts in its own config for these settings: ``{native key: value}``.
 
-        ``keys`` maps each field to the backend's key; ``written`` is what the user wrote in the
+        ``keys`` maps each field to the backend's key (or keys: AReaL's temperature is both the
+        sampler's and the one its actor recomputes logprobs with); ``written`` is what the user wrote in the
         backend's section (native key -> value); ``prefix`` is how that section is spelled in
         messages (``"backends.trl."``); ``values`` converts a field's value to the backend's form
         (e.g. ``top_k`` 0 -> verl's -1). A native key written with another value is a
@@ -215,19 +216,20 @@ class SamplingSection(_Section):
                     f"{', '.join(f'rollout.sampling.{k}' for k in keys)})",
                     [(f"rollout.sampling.{name}", value, f"unset on {backend}")],
                 )
-            key = keys[name]
             native = values[name](value) if values and name in values else value
-            if key in written and written[key] not in (value, native):
-                raise ConfigError(
-                    f"rollout.sampling.{name}={value!r} and {prefix}{key}={written[key]!r} set the same "
-                    f"setting to different values; set it once: rollout.sampling.{name} (the one place for "
-                    f"training sampling, mapped to {prefix}{key}), and remove {prefix}{key}",
-                    [
-                        (f"rollout.sampling.{name}", value, f"the value of {prefix}{key}, or {prefix}{key} removed"),
-                        (f"{prefix}{key}", written[key], f"removed, or equal to rollout.sampling.{name}"),
-                    ],
-                )
-            mapped[key] = native
+            targets = (keys[name],) if isinstance(keys[name], str) else tuple(keys[name])
+            for key in targets:
+                if key in written and written[key] not in (value, native):
+                    raise ConfigError(
+                        f"rollout.sampling.{name}={value!r} and {prefix}{key}={written[key]!r} set the same "
+                        f"setting to different values; set it once: rollout.sampling.{name} (the one place for "
+                        f"training sampling, mapped to {prefix}{key}), and remove {prefix}{key}",
+                        [
+                            (f"rollout.sampling.{name}", value, f"the value of {prefix}{key}, or {prefix}{key} removed"),
+                            (f"{prefix}{key}", written[key], f"removed, or equal to rollout.sampling.{name}"),
+                        ],
+                    )
+                mapped[key] = native
         return mapped
 
 

@@ -41,9 +41,12 @@ def planned(job, tmp_path: Path):
     return plan, out
 
 
-def test_other_backends_are_not_ours(tmp_path):
-    job = load_job_config(data={"model": {"path": "m"}, "train_dataset": {"path": "t.jsonl"}})
-    assert plan_launch(backend="trl", job=job, output_dir=tmp_path) is None
+def test_the_registered_backend_carries_its_planner_and_launcher():
+    from aworld_areal.plugin import launch, register_backends
+
+    (backend,) = register_backends()
+    assert (backend.name, backend.planner, backend.launcher, backend.sft) == ("areal", areal_plan, launch, False)
+    assert backend.capabilities.asynchronous and backend.capabilities.segments
 
 
 def test_planned_config_loads_with_load_expr_config(tmp_path, tool_model_dir, mcp_server):
@@ -275,3 +278,26 @@ def test_a_group_norm_stride_other_than_the_group_size_is_refused(tmp_path, tool
         prepare([*args, "actor.adv_norm.mean_level=group", "+actor.adv_norm.group_size=2"])
     assert prepare([*args, "actor.reward_norm.mean_level=batch", "actor.reward_norm.std_level=batch",
                     "actor.reward_norm.group_size=3"]).group_size == 4  # batch-level: no stride
+
+
+def test_rollout_sampling_is_the_samplers_and_the_actors_and_a_conflict_is_refused(tmp_path):
+    """The job's rollout.sampling is AReaL's gconfig (what every request samples with) and its temperature
+    also the actor's (AReaL recomputes logprobs at actor.temperature); top_k 0 ("off") is AReaL's
+    all-tokens default. As AReaL loads the planned file. backends.areal setting one of those keys to
+    another value is refused naming both; the same value is accepted."""
+    from aworld_areal.config import AREAL_ALL_TOKENS
+
+    base = {"model": {"path": "m"}, "train_dataset": {"path": "t.jsonl"},
+            "rollout": {"sampling": {"temperature": 0.7, "top_p": 0.9, "top_k": 0}}}
+    plan, out = planned(load_job_config(data=base), tmp_path)
+    config, _ = load_expr_config(["--config", str(out / CONFIG_FILE)], GRPOConfig)
+    assert (config.gconfig.temperature, config.gconfig.top_p, config.gconfig.top_k) == (0.7, 0.9, AREAL_ALL_TOKENS)
+    assert config.actor.temperature == 0.7
+
+    same = {**base, "backends": {"areal": {"gconfig": {"temperature": 0.7}, "actor": {"temperature": 0.7}}}}
+    assert planned(load_job_config(data=same), tmp_path)[0].config["gconfig"]["temperature"] == 0.7
+    for section, key in (({"gconfig": {"temperature": 1.0}}, "gconfig.temperature"),
+                         ({"actor": {"temperature": 1.0}}, "actor.temperature")):
+        with pytest.raises(ConfigError) as refused:
+            planned(load_job_config(data={**base, "backends": {"areal": section}}), tmp_path)
+        assert f"rollout.sampling.temperature=0.7 and backends.areal.{key}=1.0" in str(refused.value)

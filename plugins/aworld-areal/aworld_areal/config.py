@@ -462,6 +462,37 @@ def run_options(options: Any) -> dict[str, Any]:
     return resolved
 
 
+# the job's rollout.sampling -> AReaL's keys. The temperature is also the actor's (and the reference
+# model's): AReaL recomputes logprobs at TrainEngineConfig.temperature, and one other than the
+# sampler's would bias every importance ratio. top_k 0 ("off") is GenerationHyperparameters' default,
+# which keeps every token.
+SAMPLING_KEYS = {
+    "temperature": ("gconfig.temperature", "actor.temperature"),
+    "top_p": ("gconfig.top_p",),
+    "top_k": ("gconfig.top_k",),
+}
+AREAL_ALL_TOKENS = 100_000_000  # GenerationHyperparameters.top_k's default: int(1e8)
+
+
+def apply_sampling(job: Any, config: dict[str, Any], section: dict[str, Any]) -> None:
+    """Put the job's ``rollout.sampling`` into ``config`` (AReaL's keys, :data:`SAMPLING_KEYS`; the
+    reference model's temperature too when the config has one); ``ConfigError`` when ``section``
+    (``backends.areal``) sets one of those keys to another value."""
+    from aworld_core.config import flatten_dotted
+
+    keys = dict(SAMPLING_KEYS)
+    if isinstance(config.get("ref"), dict):
+        keys["temperature"] = (*keys["temperature"], "ref.temperature")
+    mapped = job.rollout.sampling.native(keys, flatten_dotted(section), prefix="backends.areal.",
+                                         values={"top_k": lambda k: k or AREAL_ALL_TOKENS}, backend="areal")
+    for dotted, value in mapped.items():
+        node = config
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+
+
 def build_areal_launch(job: Any, output_dir: Path) -> ArealLaunch:
     """The launch of ``job`` on AReaL: config, workflow options, mode and server, checked."""
     section = job.backend_section("areal")
@@ -484,6 +515,7 @@ def build_areal_launch(job: Any, output_dir: Path) -> ArealLaunch:
         if mode == SPMD:
             defaults.pop("scheduler", None)
     config = deep_merge(defaults, section)
+    apply_sampling(job, config, section)
     if server_section is not None and not gpu and "mb_spec" not in (section.get("actor") or {}):
         # a CPU trains small models: one micro-batch per step instead of one per context length (the
         # demo's 64 episodes of ~40 tokens made 11 micro-batches of 256, each a forward and backward);
