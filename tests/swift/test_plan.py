@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -379,3 +381,31 @@ def test_list_says_swift_trains_without_a_gpu_in_each_generation_mode():
     spec = get_plugin_manager().catalog().backend("swift")
     assert spec.requires_gpu is False
     assert "on a CPU" in spec.description and "colocated" in spec.description and "swift rollout" in spec.description
+
+
+def test_ms_swift_samples_with_the_jobs_rollout_sampling(tmp_path):
+    """The job's rollout.sampling reaches ms-swift's GRPO arguments (its own parser reads the planned
+    command), and ms-swift's trainer builds the request_config its engine samples every turn with from
+    them (its own _prepare_rollout_params, run on those arguments). backends.swift setting one of them
+    to another value is refused naming both keys; the same value is accepted."""
+    from swift.arguments import RLHFArguments
+    from swift.rlhf_trainers.rollout_mixin import RolloutTrainerMixin
+
+    sampling = ("rollout.sampling.temperature=0.7", "rollout.sampling.top_p=0.8", "rollout.sampling.top_k=5")
+    path = _job_file(tmp_path, model_type="qwen2", template="qwen2_5")
+    code, text = _dry_run(path, *sampling)
+    assert code == 0, text
+    trainer = _parsed(RLHFArguments, _command(text)[4:])
+    assert (trainer.temperature, trainer.top_p, trainer.top_k) == (0.7, 0.8, 5)
+    sampler = SimpleNamespace(args=trainer)
+    RolloutTrainerMixin._prepare_rollout_params(sampler)
+    request = sampler.request_config
+    assert (request.temperature, request.top_p, request.top_k) == (0.7, 0.8, 5)
+
+    code, text = _dry_run(path, *sampling, "backends.swift.temperature=0.7")
+    assert code == 0, text
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code, _ = _dry_run(path, *sampling, "backends.swift.top_p=0.95")
+    assert code == 2
+    assert "rollout.sampling.top_p=0.8 and backends.swift.top_p=0.95" in err.getvalue()

@@ -74,6 +74,9 @@ TEMPLATE_KEYS = ("template", "system", "max_length", "truncation_strategy", "max
                  "norm_bbox", "use_chat_template", "template_backend", "response_prefix", "enable_thinking",
                  "preserve_thinking", "add_non_thinking_prefix", "disable_ignore_empty_think")
 TEMPLATE_TRAINING_ONLY = ("padding_side", "padding_free", "loss_scale", "sequence_parallel_size", "is_binary_loss_scale")
+# the job's rollout.sampling -> ms-swift's GRPO arguments (the same names; top_k 0 is "off" to
+# ms-swift's engines too: vLLM's -1, transformers' None)
+SAMPLING_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k"}
 SWIFT_GROUP_PORT = 51216  # ms-swift's VLLMClient: the weight-sync group's port when vllm_server_group_port is unset
 # server mode: ms-swift's rollout importance sampling on by default (the trainer is not the sampler:
 # another process, another kernel); backends.swift.rollout_importance_sampling_mode: null turns it off
@@ -110,6 +113,9 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
     user = job.backend_section(BACKEND)
     user.pop(OPTIONS_KEY, None)
     user.pop(ROLLOUT_KEY, None)
+    # the job's rollout.sampling: ms-swift's trainer builds its request_config from these arguments
+    # (sent to the rollout server in server mode), so its engine samples every turn with them
+    defaults.update(job.rollout.sampling.native(SAMPLING_KEYS, user, prefix="backends.swift.", backend="swift"))
     args = _merge(defaults, user, "backends.swift")
     _check_compaction(job, args)
     if args.get("vllm_mode") == "server":
