@@ -20,3 +20,9 @@ def tool_answer(episode: Any, sample: Any) -> float:
         return 0.0
     numbers = re.findall(r"-?\d+", episode.final_answer or "")
     return 1.0 if numbers and numbers[-1] == results[-1].strip() else 0.5
+
+
+def answer_parity(episode: Any, sample: Any) -> float:
+    """1.0 when the final answer has an odd number of characters, else 0.0: a reward that differs
+    between sampled episodes whatever the tiny model answers, so GRPO groups have an advantage."""
+    return float(len(episode.final_answer or "") % 2)

@@ -222,7 +222,7 @@ def _job(tmp_path: Path, model_dir: Path, mcp_config: dict[str, Any]) -> Path:
         "agent": {"name": "calc", "system_prompt": SYSTEM_PROMPT, "max_steps": 4, "mcp_config": mcp_config,
                   "compaction": COMPACTION},
         "train_dataset": {"path": str(tmp_path / "train.jsonl")},
-        "reward": {"name": REWARD, "trajectory_aware": True},
+        "reward": {"name": f"{HERE / 'swift_rewards.py'}:answer_parity", "trajectory_aware": True},
         "rollout": {"max_turns": 5, "episode_timeout_s": 120},
         "backends": {"swift": {
             "model_type": MODEL_TYPE, "template": TEMPLATE, "tuner_type": "full", "torch_dtype": "float32",
