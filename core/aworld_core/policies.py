@@ -278,3 +278,36 @@ def policy_segments(episode: Any, policy: str) -> list[Any]:
     from aworld_core.worker.credit import episode_segments
 
     return [s for s in episode_segments(episode) if s.policy == policy]
+
+
+POLICY_REWARDS = "policy_rewards"  # episode.metadata key: the per-policy (or per-agent) rewards a reward gave
+
+
+def set_policy_rewards(episode: Any, rewards: dict[str, float]) -> None:
+    """Per-agent or per-policy rewards of a multi-policy episode, keyed by agent or policy name.
+
+    A trajectory-aware reward (``func(episode=, sample=)``) returns the episode's reward as always and
+    may call this first to credit the policies differently (e.g. the planner on whether it chose the
+    right tool, the answerer on the answer). A policy with no entry (neither its name nor one of its
+    agents') is credited with the episode's reward; agents of one policy with several entries get
+    their mean. The values travel in ``episode.metadata`` (plain JSON)."""
+    import math
+
+    clean: dict[str, float] = {}
+    for key, value in rewards.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+            raise UsageError(f"the reward for {key!r} is {value!r}; per-policy rewards must be finite numbers")
+        clean[str(key)] = float(value)
+    episode.metadata[POLICY_REWARDS] = clean
+
+
+def policy_reward(episode: Any, policy: str, agent_policies: dict[str, str]) -> float | None:
+    """The reward ``policy`` is credited with for ``episode``: its own (by policy name, else the mean
+    of its agents' entries) when the reward gave per-policy rewards, else the episode's."""
+    given = (getattr(episode, "metadata", None) or {}).get(POLICY_REWARDS) or {}
+    if policy in given:
+        return float(given[policy])
+    mine = [float(given[agent]) for agent, p in agent_policies.items() if p == policy and agent in given]
+    if mine:
+        return sum(mine) / len(mine)
+    return episode.reward

@@ -398,7 +398,15 @@ def check_section(job: Any) -> TrlOptions:
 
         with warnings.catch_warnings():  # TRL's own use of a name transformers 5 deprecates (see trainer.py)
             warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
-            _, options = grpo_config(job, Path(job.resolved_output_dir()))
+            config, options = grpo_config(job, Path(job.resolved_output_dir()))
+        if getattr(job, "policies", None):  # several policies: what this path trains exactly, or refused
+            from aworld_trl.multi_policy import check_multi_policy
+
+            check_multi_policy(job, options, config)
+    elif getattr(job, "policies", None):
+        from aworld_trl.multi_policy import check_multi_policy
+
+        check_multi_policy(job, options)
     return options
 
 

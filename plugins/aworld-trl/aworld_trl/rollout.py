@@ -93,8 +93,10 @@ class AworldRollout:
         trajectory_every: int = 1,
         failed_steps: Any = None,
         torch_threads: int | None = None,
+        policies: tuple[list[str], dict[str, str]] | None = None,
     ):
         self.runner = runner
+        self.policies = policies  # several policies: (the trained ones, agent -> policy)
         self.samples: dict[str, Sample] = {}
         for sample in samples:
             if sample.id in self.samples:
@@ -187,7 +189,26 @@ class AworldRollout:
                 self.writer.write(episode)
         if self.failed_steps is not None and train_mode:
             self.failed_steps.step(episodes)  # training steps only: an evaluation is not a step
-        return trl_batch(groups, self.placeholder_id)
+        return self.batch(groups)
+
+    def batch(self, groups: Sequence[Any]) -> dict[str, list[Any]]:
+        """What TRL gets for ``groups``; a multi-policy job's episodes are placeholder rows that carry
+        every trained policy's segments (``aworld_trl.multi_policy``)."""
+        out = trl_batch(groups, self.placeholder_id)
+        if self.policies is None:
+            return out
+        from aworld_trl.multi_policy import POLICY_FIELD, policy_plans
+
+        trained, agent_policies = self.policies
+        out[POLICY_FIELD] = policy_plans(groups, trained, agent_policies)
+        for i in range(len(out["prompt_ids"])):  # the segments train as rows of their own
+            out["prompt_ids"][i] = [self.placeholder_id]
+            out["completion_ids"][i] = [self.placeholder_id]
+            out["logprobs"][i] = [0.0]
+            out["env_mask"][i] = [0]
+            out[VERSIONS_FIELD][i] = [-1]
+        out.pop(SEGMENTS_FIELD, None)
+        return out
 
 
     def sync_weights(self, model: Any, step: int) -> float | None:

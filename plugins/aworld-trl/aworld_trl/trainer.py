@@ -115,6 +115,13 @@ class TrlRun:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         args, options = grpo_config(self.job, self.output_dir)
         self.options = options
+        self.policies: list[str] | None = None  # several policies: the trained adapters (aworld_trl.multi_policy)
+        if self.job.policies:
+            from aworld_core.policies import trained_policies
+            from aworld_trl.multi_policy import check_multi_policy
+
+            check_multi_policy(self.job, options, args)
+            self.policies = trained_policies(self.job)
         threads = apply_torch_threads(options.torch_threads)
         if threads is not None:
             self.metrics["torch_threads"] = threads
@@ -122,6 +129,10 @@ class TrlRun:
         agent = build_agent(self.job)
         model, tokenizer = self._load_model()
         model.to(args.device)  # where TRL will train it, so evaluation before training runs there too
+        if self.policies is not None:  # one adapter per policy on the job's model
+            from aworld_trl.multi_policy import build_policy_model
+
+            model = build_policy_model(self.job, model).to(args.device)
         concurrency = self.job.rollout.concurrency
         if options.vllm is not None:  # backends.trl.use_vllm: vLLM samples, weights synced every step
             engine = self._vllm_engine(args, options.vllm)
@@ -133,7 +144,12 @@ class TrlRun:
                 batch_window_s=options.engine_batch_window_s,
                 max_batch_size=options.engine_max_batch_size or concurrency,
             )
-        llm = build_token_llm(engine, tokenizer, self.job, max_response_tokens=args.max_completion_length)
+        if self.policies is not None:  # one token client per policy, each agent routed to its own
+            from aworld_trl.multi_policy import build_router
+
+            llm = build_router(self.job, engine, tokenizer, args.max_completion_length)
+        else:
+            llm = build_token_llm(engine, tokenizer, self.job, max_response_tokens=args.max_completion_length)
         # reward, timeout, max_turns (when set), concurrency and the group policy: from the job
         runner = EpisodeRunner.from_job(self.job, llm, agent=agent)
         evaluator = EpisodeRunner.from_job(self.job, llm, agent=agent, stats=RewardStats(),
@@ -160,6 +176,7 @@ class TrlRun:
                 sampling=trl_sampling(args), writer=writer, trajectory_every=options.trajectory_every,
                 failed_steps=FailedSteps(self.job.rollout.max_failed_steps, setting="rollout.max_failed_steps"),
                 torch_threads=options.rollout_torch_threads, **extra,
+                policies=None if self.policies is None else (self.policies, dict(self.job.agent_policies)),
             )
             trainer, progress = self._trainer(model, tokenizer, args, rollout)
             # TrainingArguments only carries resume_from_checkpoint: Trainer.train must be given it
@@ -241,6 +258,7 @@ class TrlRun:
             peft_config=lora.peft_config() if lora is not None else None,
         )
         refuse_sharded_trainer(trainer)  # whatever set accelerate up (an accelerate config, env)
+        trainer.aworld_policies = self.policies
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)
         return trainer, progress

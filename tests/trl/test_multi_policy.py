@@ -1,0 +1,160 @@
+"""Several policies trained in one TRL run (issue 31, M3): two LoRA adapters of one tiny model, a
+planner (calls the real MCP calculator) and an answerer, trained together by TRL's GRPOTrainer from
+the same episodes.
+
+Checked on the batch TRL really trains: every row is one segment of one trained policy, holding exactly
+its sampled ids (mask 1) and its tool/template ids (mask 0); nothing else trains; each row's advantage
+is its policy's GRPO advantage over the group (the planner credited with its own reward); each adapter
+changes and the checkpoint holds one folder per policy; ``train: false`` leaves its adapter as it was.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aworld_core.errors import ConfigError
+from aworld_core.export import read_jsonl
+
+AGENTS = Path(__file__).resolve().parent / "multi_policy_agents.py"
+POLICIES = ["planner", "answerer"]
+
+
+def _job(tmp_path: Path, model_dir: Path, mcp_config: dict[str, Any], write_samples: Any, policies: Any = None,
+         **trl: Any) -> dict[str, Any]:
+    return {
+        "name": "trl-multi-policy",
+        "backend": "trl",
+        "output_dir": str(tmp_path / "run"),
+        "model": {"path": str(model_dir)},
+        "agent": {"factory": f"{AGENTS}:make_swarm", "options": {"mcp_config": mcp_config}},
+        "policies": policies or {"planner": {"lora": {"r": 4, "alpha": 16}}, "answerer": {"lora": {"r": 4, "alpha": 16}}},
+        "agent_policies": {"planner": "planner", "answerer": "answerer"},
+        "train_dataset": {"path": str(write_samples(tmp_path / "train.jsonl", 8))},
+        "reward": {"name": f"{AGENTS}:policy_reward", "trajectory_aware": True},
+        "rollout": {"concurrency": 8, "episode_timeout_s": 60},
+        "backends": {"trl": {
+            "max_steps": 2, "per_device_train_batch_size": 8, "num_generations": 4,
+            "learning_rate": 5e-3, "temperature": 1.0, "max_completion_length": 128,
+            "aworld": {"progress": False, "print_every": 0, "eval_before": False, "eval_after": False}, **trl,
+        }},
+    }
+
+
+def _row(batch: dict[str, Any], r: int) -> tuple[list[int], list[int], list[int]]:
+    prompt = batch["prompt_ids"][r][batch["prompt_mask"][r].bool()].tolist()
+    n = int(batch["completion_mask"][r].sum().item())
+    ids = batch["completion_ids"][r, :n].tolist()
+    mask = (batch["completion_mask"][r] * batch["tool_mask"][r])[:n].tolist()
+    return prompt, ids, mask
+
+
+def _adapters(checkpoint: Path) -> dict[str, dict[str, Any]]:
+    from safetensors.torch import load_file
+
+    return {p: load_file(str(checkpoint / p / "adapter_model.safetensors")) for p in POLICIES}
+
+
+def _expected_rows(episodes: dict[str, Any], rows: list[dict[str, Any]], trained: list[str], group: int):
+    """(policy index, segment, advantage) in the order the rows are added: policy, group, member, segment."""
+    from aworld_core.policies import policy_reward, policy_segments
+
+    agent_policies = {"planner": "planner", "answerer": "answerer"}
+    out = []
+    for index, policy in enumerate(trained):
+        for g in range(0, len(rows), group):
+            members = [episodes[r["aworld_episode_id"]] for r in rows[g:g + group]]
+            rewards = [policy_reward(e, policy, agent_policies) if e.reward is not None and policy_segments(e, policy)
+                       else None for e in members]
+            present = [x for x in rewards if x is not None]
+            mean = sum(present) / len(present) if present else 0.0
+            std = (sum((x - mean) ** 2 for x in present) / (len(present) - 1)) ** 0.5 if len(present) > 1 else 0.0
+            for episode, reward in zip(members, rewards, strict=True):
+                if reward is None:
+                    continue
+                for segment in policy_segments(episode, policy):
+                    out.append((index, segment, (reward - mean) / (std + 1e-4)))
+    return out
+
+
+@pytest.mark.slow
+def test_two_adapters_train_from_the_same_episodes(tmp_path, tool_model_dir, calculator, recorded, write_samples):
+    from aworld_trl.trainer import train
+
+    result = train(_job(tmp_path, tool_model_dir, calculator.mcp_config(), write_samples), str(tmp_path / "run"))
+    episodes = {e.id: e for e in read_jsonl(result.artifacts["trajectories"])}
+    assert len(recorded) == 2
+    for batch in recorded:
+        rows = batch["inputs"]
+        assert len(rows) == 8
+        expected = _expected_rows(episodes, rows, POLICIES, 4)
+        assert expected, "no trained segment in the batch"
+        assert {i for i, _, _ in expected} == {0, 1}, "both policies have rows"
+        sampled = 0
+        for k, (index, segment, advantage) in enumerate(expected):
+            place = len(rows) + k  # TRL's own rows are the episodes' placeholders; ours follow
+            prompt, ids, mask = _row(batch, place)
+            assert int(batch["aworld_policy"][place]) == index
+            assert prompt == segment.prompt_ids and ids == segment.response_ids and mask == segment.response_mask
+            assert batch["sampling_per_token_logps"][place, : len(ids)].tolist() == pytest.approx(segment.response_logprobs)
+            assert float(batch["advantages"][place]) == pytest.approx(advantage, abs=1e-5)
+            sampled += segment.sampled_tokens
+        loss_mask = batch["completion_mask"] * batch["tool_mask"]
+        assert loss_mask[: len(rows)].sum().item() == 0  # the placeholders train nothing
+        assert loss_mask.sum().item() == sampled == batch["num_items_in_batch"].item()
+        assert (batch["aworld_policy"][len(rows) + len(expected):] == -1).all()
+    # each policy's segments hold its own agent's turns, tagged, with the versions that sampled them
+    for episode in episodes.values():
+        for segment in episode.training.segments() if episode.training else []:
+            assert segment.policy in POLICIES
+    # both adapters trained (LoRA's B starts at zero); one folder per policy in the checkpoint
+    adapters = _adapters(Path(result.artifacts["checkpoint"]))
+    for policy, weights in adapters.items():
+        moved = max(float(v.abs().max()) for k, v in weights.items() if "lora_B" in k)
+        assert moved > 0, f"{policy}'s adapter did not change"
+    history = [line for line in Path(result.artifacts["metrics"]).read_text().splitlines() if line.strip()]
+    assert any("policy/planner/reward" in line and "policy/answerer/rows" in line for line in history)
+
+
+@pytest.mark.slow
+def test_an_untrained_policy_keeps_its_adapter(tmp_path, tool_model_dir, calculator, recorded, write_samples):
+    from aworld_trl.trainer import train
+
+    policies = {"planner": {"lora": {"r": 4, "alpha": 16}}, "answerer": {"lora": {"r": 4, "alpha": 16}, "train": False}}
+    job = _job(tmp_path, tool_model_dir, calculator.mcp_config(), write_samples, policies=policies, max_steps=1)
+    result = train(job, str(tmp_path / "run"))
+    batch = recorded[0]
+    assert set(batch["aworld_policy"].tolist()) <= {-1, 0}  # only the planner's rows train
+    adapters = _adapters(Path(result.artifacts["checkpoint"]))
+    assert max(float(v.abs().max()) for k, v in adapters["answerer"].items() if "lora_B" in k) == 0.0
+    assert max(float(v.abs().max()) for k, v in adapters["planner"].items() if "lora_B" in k) > 0.0
+
+
+def test_what_the_trl_path_cannot_train_is_refused(tmp_path, write_samples):
+    from aworld_core.config import load_job_config
+    from aworld_trl.options import check_section
+
+    (tmp_path / "model").mkdir()
+    base = _job(tmp_path, tmp_path / "model", {"mcpServers": {}}, write_samples)
+    cases = {
+        "a model of its own": ({"policies": {"planner": {"model": {"path": str(tmp_path / "m")}},
+                                              "answerer": {"lora": {}}}}, "policies.planner trains a model of its own"),
+        "use_vllm": ({"trl": {"use_vllm": True}}, "use_vllm"),
+        "grpo loss": ({"trl": {"loss_type": "grpo"}}, "backends.trl.loss_type='grpo'"),
+        "beta": ({"trl": {"beta": 0.04}}, "backends.trl.beta=0.04"),
+        "lora beside": ({"trl": {"aworld": {"lora": {"r": 4}}}}, "backends.trl.aworld.lora: with policies"),
+    }
+    for name, (change, message) in cases.items():
+        data = {**base, "backends": {"trl": {**base["backends"]["trl"]}}}
+        if "policies" in change:
+            data["policies"] = change["policies"]
+        for key, value in change.get("trl", {}).items():
+            data["backends"]["trl"][key] = {**data["backends"]["trl"].get(key, {}), **value} if isinstance(value, dict) \
+                else value
+        with pytest.raises(Exception, match=".") as raised:
+            check_section(load_job_config(data=data))
+        assert message in str(raised.value), (name, str(raised.value))
+        if name != "use_vllm":
+            assert isinstance(raised.value, ConfigError), name
