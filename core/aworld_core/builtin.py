@@ -1,4 +1,4 @@
-"""The core's own plugin: built-in rewards, the default agent builder, launcher and rollout.
+"""The core's own plugin: built-in rewards and datasets, the default agent builder and rollout.
 
 Registered like any other plugin, and ``trylast`` where it gives a default, so an installed
 plugin can replace any of it. Heavy modules are imported inside the hooks, not here.
@@ -6,7 +6,6 @@ plugin can replace any of it. Heavy modules are imported inside the hooks, not h
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from aworld_core.hookspecs import hookimpl
@@ -41,14 +40,6 @@ def build_agents(job: Any, settings: Any) -> Any:
     from aworld_core.agents.factory import agent_from_job
 
     return agent_from_job(job, settings)
-
-
-@hookimpl(trylast=True)
-def launch_trainer(backend: str, job: Any, plan: Any) -> Any:
-    from aworld_core.launch import execute_plan
-    from aworld_core.settings import get_settings
-
-    return execute_plan(plan, Path(job.resolved_output_dir(get_settings().output_root)))
 
 
 @hookimpl(trylast=True)

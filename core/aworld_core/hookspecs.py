@@ -4,6 +4,12 @@ Project name ``aworld``; plugins are found through the entry-point group ``aworl
 is a module of functions decorated with :data:`hookimpl` whose names match the specs below;
 it implements only the hooks it needs.
 
+A hook is a point where *every* plugin may add something, or where *any* plugin may replace the
+default: registrations, the agent, the rollout, rewards, observers. A backend is not a hook: it is
+one :class:`~aworld_core.specs.Backend` object a plugin registers, which the core looks up by name
+and calls (its planner, its launcher, its SFT planner, its capabilities); no plugin is asked
+"is this backend yours?".
+
 Phases, in the order the core calls them:
 
 1. **Registration**: ``register_backends``, ``register_environments``, ``register_rewards``,
@@ -11,7 +17,9 @@ Phases, in the order the core calls them:
    (``--list``, selecting a backend, resolving a reward). Every plugin's answer is kept.
 2. **Build**: ``build_agents``. Called by ``AgentTrainer``, the CLI and backend workers in
    other processes to get the agent (or swarm) a job trains.
-3. **Launch**: ``plan_launch`` then ``launch_trainer``. Called once per ``aworld_core.run``.
+3. **Launch** (not hooks): validation checks the job against the selected backend's declared
+   :class:`~aworld_core.specs.Capabilities`, then the core calls the backend's ``planner`` (what
+   ``--dry-run`` prints) and its ``launcher`` (else the core's own). Once per ``aworld_core.run``.
 4. **Rollout**: ``rollout`` per episode, then ``compute_reward`` per reward and episode, then
    ``on_episode_end`` once, all driven by the worker kit (``aworld_core.worker``). Called in whatever process runs episodes (a TRL trainer, a verl agent
    loop worker, an AReaL rollout worker, the task server).
@@ -29,7 +37,6 @@ any installed plugin can override a built-in.
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -42,9 +49,9 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 if TYPE_CHECKING:
     from aworld_core.config import JobConfig
-    from aworld_core.schemas import Episode, LaunchPlan, RolloutContext, Sample, TrainResult
+    from aworld_core.schemas import Episode, RolloutContext, Sample
     from aworld_core.settings import AworldSettings
-    from aworld_core.specs import BackendSpec, DatasetSpec, EnvironmentSpec, RewardSpec
+    from aworld_core.specs import Backend, DatasetSpec, EnvironmentSpec, RewardSpec
 
 
 # ---------------------------------------------------------------------------------------------
@@ -53,13 +60,23 @@ if TYPE_CHECKING:
 
 
 @hookspec
-def register_backends() -> list[BackendSpec]:
-    """Declare the training backends this plugin provides.
+def register_backends() -> list[Backend]:
+    """Declare the training backends this plugin provides, one object each.
 
-    :returns: a list of :class:`~aworld_core.specs.BackendSpec`. Two distributions declaring the
-    same backend name is an error that names both (selecting that backend fails; ``--list``
-    still works and shows the conflict).
-    Called: once per process, when the catalog is first built.
+    :returns: a list of :class:`~aworld_core.specs.Backend`: its name, its planner (and launcher,
+        SFT planner and launcher when it has them), its framework and install hint, the SFT row
+        formats it reads and its :class:`~aworld_core.specs.Capabilities`. Two distributions
+        declaring the same backend name is an error that names both (selecting that backend
+        fails; ``--list`` still works and shows the conflict).
+    Called: once per process, when the catalog is first built. Keep it cheap: give the planner and
+    launcher as import references (``"my_backend.plan:plan"``) so nothing heavy is imported here.
+
+    Example (a whole backend)::
+
+        @hookimpl
+        def register_backends():
+            return [Backend("echo", "echoes the job", planner="aworld_echo_backend.plan:plan",
+                            capabilities=Capabilities(sampling={"temperature"}))]
     """
 
 
@@ -111,43 +128,7 @@ def build_agents(job: JobConfig, settings: AworldSettings) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. Launch: handing the job to a backend
-# ---------------------------------------------------------------------------------------------
-
-
-@hookspec(firstresult=True)
-def plan_launch(backend: str, job: JobConfig, output_dir: Path) -> LaunchPlan | None:
-    """Say exactly what running ``job`` on ``backend`` would launch, without launching.
-    Stops at the first non-None result.
-
-    :param backend: the selected backend's name.
-    :param job: the validated job (its local paths absolute).
-    :param output_dir: the job's output directory (absolute).
-    :returns: a :class:`~aworld_core.schemas.LaunchPlan` if this plugin owns ``backend``, else
-        ``None``. ``--dry-run`` prints the plan; nothing is written or started.
-    Called: once per launch (and once per ``--dry-run``), before ``launch_trainer``.
-    """
-
-
-@hookspec(firstresult=True)
-def launch_trainer(
-    backend: str, job: JobConfig, plan: LaunchPlan
-) -> TrainResult | Awaitable[TrainResult] | None:
-    """Run the training job that ``plan`` describes. Stops at the first non-None result.
-
-    :param backend: the backend's name.
-    :param job: the validated job.
-    :param plan: the plan ``plan_launch`` returned.
-    :returns: a :class:`~aworld_core.schemas.TrainResult` (or an awaitable of one), or ``None``
-        to let the next plugin answer. The core's built-in answers last: it writes ``plan.files``
-    into the output directory, then calls ``plan.entrypoint`` in-process or runs
-    ``plan.command`` as a subprocess. A backend overrides it only to launch differently.
-    Called: once per ``python -m aworld_core.run`` / ``AgentTrainer.train()``.
-    """
-
-
-# ---------------------------------------------------------------------------------------------
-# 4. Rollout: one episode, its rewards, and what listens for it
+# 3. Rollout: one episode, its rewards, and what listens for it
 # ---------------------------------------------------------------------------------------------
 
 

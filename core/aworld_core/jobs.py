@@ -17,9 +17,6 @@ if TYPE_CHECKING:  # config pulls pydantic and the agent model: imported when us
     from aworld_core.config import JobConfig
     from aworld_core.schemas import LaunchPlan
 
-SFT_MODE_KEY = "aworld_mode"  # a backend that plans an SFT job (the job's sft:) sets plan.config[it] = "sft"
-
-
 def choose_backend(requested: str | None, job: JobConfig) -> str:
     from aworld_core.plugins import backend_install_hint, get_plugin_manager
     from aworld_core.settings import get_settings
@@ -73,21 +70,18 @@ def format_plan(plan: LaunchPlan, job: JobConfig, output_dir: Path) -> str:
 
 
 def plan_job(backend: str, job: JobConfig) -> tuple[LaunchPlan, Path]:
-    """The backend's ``LaunchPlan`` and the job's output directory (always absolute)."""
+    """The backend's ``LaunchPlan`` (its planner's, or its SFT planner's for a job with ``sft:``)
+    and the job's output directory (always absolute)."""
     from aworld_core.plugins import get_plugin_manager
+    from aworld_core.schemas import LaunchPlan
     from aworld_core.settings import get_settings
 
     output_dir = Path(job.resolved_output_dir(get_settings().output_root)).absolute()
-    plan = get_plugin_manager().hook.plan_launch(backend=backend, job=job, output_dir=output_dir)
-    if plan is None:
+    plan = get_plugin_manager().catalog().backend(backend).plan(job, output_dir)
+    if not isinstance(plan, LaunchPlan):
         raise AworldError(
-            f"backend '{backend}' is registered but no plugin answered plan_launch for it; "
+            f"backend '{backend}''s planner returned {type(plan).__name__}, not a LaunchPlan; "
             f"this is a bug in the plugin that registers it"
-        )
-    if getattr(job, "sft", None) is not None and plan.config.get(SFT_MODE_KEY) != "sft":
-        raise UsageError(
-            f"the job sets sft: (supervised fine-tuning on trajectories), which backend '{backend}' does not "
-            f"train; use the trl, verl or ms-swift backend, or remove sft: for RL"
         )
     _add_offline_env(plan, job)
     return plan, output_dir
@@ -108,21 +102,23 @@ def _add_offline_env(plan: LaunchPlan, job: JobConfig) -> None:
 def launch_job(backend: str, job: JobConfig, plan: LaunchPlan) -> Any:
     """Check the framework, build the model if asked, start the job's environment, launch.
 
-    Returns what the backend's ``launch_trainer`` returned (its result object, or an exit code)."""
+    Returns what the backend's launcher returned (its result object, or an exit code)."""
     from aworld_core.aio import maybe_await
     from aworld_core.imports import import_ref
     from aworld_core.offline import offline_env_applied
     from aworld_core.plugins import get_plugin_manager
+    from aworld_core.settings import get_settings
     from aworld_core.validation import require_framework
 
-    manager = get_plugin_manager()
+    spec = get_plugin_manager().catalog().backend(backend)
     require_framework(backend)
     with offline_env_applied(job):  # the model build, the environment and an in-process trainer
         if job.model is not None and job.model.build and not Path(job.resolve_path(job.model.path)).exists():
             import_ref(job.model.build, job.base_dir)(job.resolve_path(job.model.path))
         _export_secrets(job)
         with job_environment(job):
-            result = manager.hook.launch_trainer(backend=backend, job=job, plan=plan)
+            output_dir = Path(job.resolved_output_dir(get_settings().output_root)).absolute()
+            result = spec.launch(job, plan, output_dir)
             return asyncio.run(maybe_await(result)) if asyncio.iscoroutine(result) else result
 
 

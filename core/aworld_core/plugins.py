@@ -30,30 +30,40 @@ import pluggy
 from aworld_core import hookspecs
 from aworld_core.aio import maybe_await as maybe_await  # re-export: plugins import it from here
 from aworld_core.errors import PluginConflictError, UnknownBackendError, UnknownHookError
-from aworld_core.specs import BackendSpec, DatasetSpec, EnvironmentSpec, RewardSpec
+from aworld_core.specs import Backend, DatasetSpec, EnvironmentSpec, RewardSpec
 
 # the core's own plugins, registered by module name (imported when a manager is built)
 DEFAULT_PLUGINS: tuple[str, ...] = ("aworld_core.builtin",)
 CORE_DIST = "aworld-core"
 
-# backend name -> the requirement of this repository's distribution that provides it (with the
-# extra its framework needs), for the hint when a backend is missing: a distribution's name is
-# not always aworld-<backend> (tests/core/test_install_hints.py checks each against the repo)
-SHIPPED_BACKENDS: dict[str, str] = {
+# The backends this project publishes (backend name -> the requirement that installs it, with the
+# extra its framework needs): a plugin that is not installed registers nothing, so this index is
+# how a missing one is named with its install command (distribution names are not always
+# aworld-<backend>; tests/core/test_install_hints.py checks each against the repository). Other
+# backends are third-party distributions the core knows nothing about.
+PUBLISHED_BACKENDS: dict[str, str] = {
     "trl": "aworld-trl",
     "verl": "aworld-verl[verl]",
     "areal": "aworld-areal[areal]",
     "swift": "aworld-swift[swift]",
-    "reinforce": "aworld-reinforce-backend",
-    "echo": "aworld-echo-backend",
+}
+
+# hooks that were removed, and what replaced them: a plugin still implementing one is told
+REMOVED_HOOKS: dict[str, str] = {
+    "plan_launch": "a backend is one object now: register_backends returns aworld_core.Backend(name, "
+    "description, planner=...) and the core calls its planner (docs/writing-a-plugin.md)",
+    "launch_trainer": "a backend's own launch is its Backend object's launcher= (docs/writing-a-plugin.md)",
 }
 
 
 def backend_install_hint(name: str) -> str:
-    """How to get a missing backend: the distribution that ships it, or that none does."""
-    requirement = SHIPPED_BACKENDS.get(name)
+    """How to get a missing backend: the distribution that ships it, or that this project has none."""
+    requirement = PUBLISHED_BACKENDS.get(name)
     if requirement is None:
-        return f"no aworld distribution provides it (the backends they provide: {', '.join(sorted(SHIPPED_BACKENDS))})"
+        return (
+            f"no distribution of this project provides it (they provide: {', '.join(sorted(PUBLISHED_BACKENDS))}); "
+            f"a third-party backend comes with the distribution that registers it"
+        )
     return f"install it with: pip install {f'{requirement!r}' if '[' in requirement else requirement}"
 
 
@@ -145,7 +155,9 @@ class Catalog:
             )
         return self.items(kind).get(name)
 
-    def backend(self, name: str) -> BackendSpec:
+    def backend(self, name: str) -> Backend:
+        """The backend registered as ``name``; ``UnknownBackendError`` naming the installed ones and
+        how to get it when it is not installed."""
         provided = self.get("backend", name)
         if provided is None:
             installed = ", ".join(sorted(self.items("backend"))) or "none"
@@ -157,7 +169,7 @@ class Catalog:
 
 
 _KINDS = {
-    "backend": ("register_backends", BackendSpec),
+    "backend": ("register_backends", Backend),
     "environment": ("register_environments", EnvironmentSpec),
     "reward": ("register_rewards", RewardSpec),
     "dataset": ("register_datasets", DatasetSpec),
@@ -253,10 +265,14 @@ class PluginManager:
         specs = [name for name, caller in vars(self.pm.hook).items() if name[0] != "_" and caller.has_spec()]
         parts = []
         for name in unknown:
+            if name in REMOVED_HOOKS:
+                parts.append(f"hook '{name}' was removed: {REMOVED_HOOKS[name]}")
+                continue
             close = difflib.get_close_matches(name, specs, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             parts.append(f"unknown hook '{name}' (no such hook in aworld_core.hookspecs{hint})")
-        return "; ".join(parts) + "; rename the function to a hook aworld_core.hookspecs defines"
+        fix = "" if set(unknown) <= set(REMOVED_HOOKS) else "; rename the function to a hook aworld_core.hookspecs defines"
+        return "; ".join(parts) + fix
 
     def register(self, plugin: object, name: str | None = None) -> None:
         """Register a plugin object in-process (tests, notebooks); invalidates the catalog.

@@ -76,6 +76,7 @@ def print_listing(out: TextIO) -> None:
             )
         gpu = ", needs a GPU to train" if spec.requires_gpu else ""
         out.write(f"  {name:<{name_w}} {item.distribution:<{dist_w}} {spec.description} [{framework}{gpu}]\n")
+        out.write(f"  {'':<{name_w}} {'':<{dist_w}} honours: {', '.join(spec.capability_names()) or 'none'}\n")
     for kind, title in (("environment", "Tool environments"), ("reward", "Rewards"), ("dataset", "Datasets")):
         out.write(f"{title}:\n")
         items = sorted(catalog.items(kind).items())

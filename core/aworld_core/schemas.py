@@ -395,7 +395,7 @@ class LaunchPlan(_Model):
     Either ``command`` (run as a subprocess with ``env`` added) or ``entrypoint`` (an importable
     ``module:function`` called in-process with ``entrypoint_kwargs``). ``command`` runs in ``cwd``:
     default the job's output directory; a relative ``cwd`` is inside the output directory. The
-    output directory ``plan_launch`` receives is absolute, so paths built from it hold wherever
+    output directory a backend's planner receives is absolute, so paths built from it hold wherever
     the command runs. ``files`` maps a path relative to the output directory to the text written
     there before launch; they are serialized config (YAML, JSON, parquet paths), never generated
     source code.

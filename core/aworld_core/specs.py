@@ -1,31 +1,154 @@
 """What a plugin declares it provides: backends, tool environments, rewards, datasets.
 
 Plugins return these from the ``register_*`` hooks; the core collects them into a catalog
-(``aworld_core.plugins``) tagged with the distribution that provided each one.
+(``aworld_core.plugins``) tagged with the distribution that provided each one. Each carries its
+behaviour (a backend its planner and launcher, a reward its function, a dataset its loader), so
+the core calls what it looked up by name instead of asking every plugin.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
+
+#: the ``rollout.sampling`` fields a backend can declare it honours
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k")
 
 
 @dataclass(frozen=True)
-class BackendSpec:
-    """An RL training backend.
+class Capabilities:
+    """What a backend honours of the settings a job can ask for whatever its backend.
 
-    ``framework`` is the import name of the RL framework it drives (``verl``, ``areal``,
-    ``swift``, ``trl``), checked lazily so ``--list`` works where it is not installed;
-    ``install_hint`` is what to run to get it.
+    Validation (``aworld_core.validation``, the same for ``--dry-run`` and a launch) refuses a job
+    that asks for something its backend does not declare here, naming the backend and the setting:
+    a setting that is accepted takes effect, or it is refused, never silently dropped. Settings a
+    backend's own section holds (``backends.<name>``) are its own config class's to check.
+
+    ``sampling``: the ``rollout.sampling`` fields it maps onto its own keys. ``segments``: it
+    trains episodes of several token segments (``agent.compaction``, a template that re-renders
+    history). ``lora``, ``resume``, ``asynchronous`` (rollouts by an older policy version, trained
+    with their versions): what its own section can turn on, declared for ``--list`` and the docs.
+    ``multi_policy``: it trains several policies in one job (``policies:``, ``aworld_core.policies``).
+    Supervised fine-tuning is not a flag: a backend has it when it has an ``sft_planner``.
+    """
+
+    sampling: frozenset[str] = frozenset()
+    lora: bool = False
+    resume: bool = False
+    segments: bool = False
+    asynchronous: bool = False
+    multi_policy: bool = False
+
+    def __post_init__(self) -> None:
+        sampling = frozenset(self.sampling)  # a list or tuple is fine to write
+        unknown = sorted(sampling - set(SAMPLING_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown sampling field(s) {unknown}; the fields are {list(SAMPLING_FIELDS)}")
+        object.__setattr__(self, "sampling", sampling)
+
+
+#: ``planner(job, output_dir) -> LaunchPlan``: what running the job would launch, launching nothing
+Planner = Callable[[Any, Path], Any]
+#: ``launcher(job, plan) -> TrainResult``: run a plan (``None`` on a backend: the core's launcher)
+Launcher = Callable[[Any, Any], Any]
+#: ``rows(episodes, tools) -> list[dict]``: kept episodes as a trainer's SFT rows
+RowsWriter = Callable[..., list[dict[str, Any]]]
+
+
+def _resolve(target: Callable[..., Any] | str) -> Callable[..., Any]:
+    if isinstance(target, str):
+        from aworld_core.imports import import_ref
+
+        return import_ref(target)
+    return target
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An RL training backend: everything the core needs to plan, check and launch a job on it.
+
+    A plugin returns these from ``register_backends``; the core looks one up by name and calls
+    it (no hook asks every plugin "is this yours?"). Callables may be given as import references
+    (``"my_backend.plan:plan"``), imported only when used, so ``--list`` and ``--dry-run`` stay
+    light and work where the framework is not installed.
+
+    ``planner``: the plan of an RL job; ``launcher``: runs it (``None``: the core writes the plan's
+    files and runs its command or entry point). ``sft_planner`` / ``sft_launcher``: the same for a
+    job with ``sft:`` (supervised fine-tuning on collected trajectories); a backend without an
+    ``sft_planner`` does not train SFT jobs and validation says so. ``framework`` is the import
+    name of the RL framework it drives, checked lazily; ``install_hint`` is what to run to get it.
+    ``formats``: the SFT row formats it reads, by name (``python -m aworld_core.trajectories
+    convert --format NAME``). ``config_sections``: top-level keys of the framework's own config
+    that a user may paste into a job (they belong under ``backends.<name>``; the job's error says
+    so).
     """
 
     name: str
     description: str
+    planner: Planner | str
+    launcher: Launcher | str | None = None
+    sft_planner: Planner | str | None = None
+    sft_launcher: Launcher | str | None = None
     framework: str | None = None
     install_hint: str = ""
     requires_gpu: bool = False
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    formats: Mapping[str, RowsWriter | str] = field(default_factory=dict)
+    config_sections: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config_sections", frozenset(self.config_sections))
+        object.__setattr__(self, "formats", MappingProxyType(dict(self.formats)))
+
+    @property
+    def sft(self) -> bool:
+        """Whether it trains SFT jobs (``sft:``)."""
+        return self.sft_planner is not None
+
+    def plan(self, job: Any, output_dir: Path) -> Any:
+        """The job's ``LaunchPlan`` (its SFT plan for a job with ``sft:``)."""
+        if getattr(job, "sft", None) is not None:
+            if self.sft_planner is None:
+                from aworld_core.errors import UsageError
+
+                raise UsageError(self.no_sft_message())
+            return _resolve(self.sft_planner)(job, output_dir)
+        return _resolve(self.planner)(job, output_dir)
+
+    def launch(self, job: Any, plan: Any, output_dir: Path) -> Any:
+        """Run ``plan``: the backend's launcher, else the core's (``aworld_core.launch.execute_plan``)."""
+        launcher = self.sft_launcher if getattr(job, "sft", None) is not None else self.launcher
+        if launcher is None:
+            from aworld_core.launch import execute_plan
+
+            return execute_plan(plan, output_dir)
+        return _resolve(launcher)(job, plan)
+
+    def rows_writer(self, format: str) -> RowsWriter:
+        return _resolve(self.formats[format])
+
+    def no_sft_message(self, sft_backends: list[str] | None = None) -> str:
+        """The refusal of an SFT job, naming the installed backends that train one when known."""
+        names = sft_backends or []
+        listed = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        which = f"the {listed} backend" if names else "a backend that does (--list: 'sft')"
+        return (
+            f"the job sets sft: (supervised fine-tuning on trajectories), which backend '{self.name}' does not "
+            f"train; use {which}, or remove sft: for RL"
+        )
+
+    def capability_names(self) -> list[str]:
+        """What it honours, as ``--list`` shows it."""
+        caps = self.capabilities
+        names = [f"sampling={','.join(sorted(caps.sampling))}"] if caps.sampling else []
+        names += [name for name, on in (("lora", caps.lora), ("resume", caps.resume), ("sft", self.sft),
+                                        ("segments", caps.segments), ("async", caps.asynchronous),
+                                        ("multi-policy", caps.multi_policy)) if on]
+        return names
 
     def framework_installed(self) -> bool:
         if self.framework is None:

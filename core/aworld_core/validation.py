@@ -7,7 +7,8 @@ and exit code 2. Every check runs, and all the problems they find are reported i
 instead of rerunning once per mistake. It checks what the core knows: the backend's framework, the inputs a training
 backend needs, local paths, the datasets (loaded, as a run loads them), the environment, the
 agent's MCP config, the reward and its signature, and ``logging.report_to``. What only a backend
-knows (its own config class) its ``plan_launch`` checks, which both paths call too.
+knows (its own config class) its planner checks, which both paths call too; what a backend
+declares it honours (:class:`~aworld_core.specs.Capabilities`) is checked here.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def validate_backend(backend: str, job: Any, problems: JobProblems | None = None
         from aworld_core.policies import check_policy_backend
 
         check_policy_backend(backend, job)
+    check_capabilities(backend, job, own)
     with own.check("agent.temperature, agent.top_p, agent.top_k"):
         check_training_sampling(job)
     if problems is None:
@@ -140,6 +142,39 @@ def require_framework(backend: str) -> None:
             f"backend '{backend}' needs the '{spec.framework}' framework, which is not installed in "
             f"this environment; install it with: {spec.install_text()}"
         )
+
+
+def check_capabilities(backend: str, job: Any, problems: JobProblems) -> None:
+    """What the job asks for that the backend does not declare it honours (its
+    :class:`~aworld_core.specs.Capabilities`, its SFT planner): each a problem naming the backend
+    and the setting, so nothing is accepted and then silently dropped."""
+    from aworld_core.errors import PluginConflictError, UnknownBackendError
+    from aworld_core.plugins import get_plugin_manager
+
+    catalog = get_plugin_manager().catalog()
+    try:
+        spec = catalog.backend(backend)
+    except (UnknownBackendError, PluginConflictError):
+        return  # reported by the framework check
+    caps = spec.capabilities
+    sft = getattr(job, "sft", None) is not None
+    if sft and not spec.sft:
+        trainers = sorted(name for name, item in catalog.items("backend").items() if item.spec.sft)
+        problems.add("sft", UsageError(spec.no_sft_message(trainers)))
+    if not sft and getattr(job.agent, "compaction", None) is not None and not caps.segments:
+        problems.add("agent.compaction", UsageError(
+            f"backend '{backend}' does not train episodes of several segments, which agent.compaction makes "
+            f"(each compaction begins a new one); remove agent.compaction, or use a backend that trains "
+            f"segments (--list: 'segments')"
+        ))
+    for name, value in ({} if sft else job.rollout.sampling.given()).items():  # SFT: check_training_sampling
+        if name not in caps.sampling:
+            honoured = ", ".join(f"rollout.sampling.{k}" for k in sorted(caps.sampling)) or "none"
+            problems.add(f"rollout.sampling.{name}", ConfigError(
+                f"rollout.sampling.{name}={value!r}: backend '{backend}' does not honour it, so it would be "
+                f"ignored; remove it (what '{backend}' honours: {honoured})",
+                [(f"rollout.sampling.{name}", value, f"unset on {backend}")],
+            ))
 
 
 def _check_training_inputs(backend: str, job: Any) -> None:

@@ -12,17 +12,14 @@ import yaml
 from support.fake_dists import make_dist, run_cli
 
 BACKEND_PLUGIN = '''
-from aworld_core import BackendSpec, LaunchPlan, hookimpl
+from aworld_core import Backend, LaunchPlan, hookimpl
+
+def plan(job, output_dir):
+    return LaunchPlan(backend="{name}", entrypoint="{module}:train", entrypoint_kwargs={{"name": job.name}})
 
 @hookimpl
 def register_backends():
-    return [BackendSpec("{name}", "a test backend from {dist}")]
-
-@hookimpl
-def plan_launch(backend, job, output_dir):
-    if backend != "{name}":
-        return None
-    return LaunchPlan(backend="{name}", entrypoint="{module}:train", entrypoint_kwargs={{"name": job.name}})
+    return [Backend("{name}", "a test backend from {dist}", planner=plan)]
 
 def train(name):
     return {{"trained": name}}
@@ -34,18 +31,15 @@ def train(name):
 WHERE_PLUGIN = '''
 import json, sys
 from pathlib import Path
-from aworld_core import BackendSpec, LaunchPlan, hookimpl
+from aworld_core import Backend, LaunchPlan, hookimpl
 
 REPORT = "import json, os, sys; print('REPORT ' + json.dumps({'cwd': os.getcwd(), 'arg': os.path.abspath(sys.argv[1])}))"
 
 @hookimpl
 def register_backends():
-    return [BackendSpec("where", "reports the paths it is given")]
+    return [Backend("where", "reports the paths it is given", planner=plan)]
 
-@hookimpl
-def plan_launch(backend, job, output_dir):
-    if backend != "where":
-        return None
+def plan(job, output_dir):
     seen = {"output_dir": str(output_dir), "absolute": Path(output_dir).is_absolute(),
             "train": job.train_dataset.path if job.train_dataset else None}
     return LaunchPlan(backend="where", command=[sys.executable, "-c", REPORT, str(output_dir / "seen.json")],
@@ -185,7 +179,7 @@ def test_dry_run_prints_command_line_and_user_overrides(job_file: Path):
 def test_unknown_backend_names_the_install_line_and_installed_backends(job_file: Path):
     result = run_cli("--backend", "nosuch", "--config", str(job_file))
     assert result.returncode == 2
-    assert "backend 'nosuch' is not installed; no aworld distribution provides it (the backends they" in result.stderr
+    assert "backend 'nosuch' is not installed; no distribution of this project provides it (they provide:" in result.stderr
     installed = result.stderr.split("installed backends: ", 1)[1].split("\n", 1)[0].split(", ")
     assert installed == sorted(installed) and {"areal", "swift", "trl", "verl"} <= set(installed)
 

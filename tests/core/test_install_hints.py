@@ -13,7 +13,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from aworld_core.plugins import SHIPPED_BACKENDS, backend_install_hint
+from aworld_core.plugins import PUBLISHED_BACKENDS, backend_install_hint
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECTS = sorted([REPO / "core/pyproject.toml", *REPO.glob("plugins/*/pyproject.toml"),
@@ -81,17 +81,18 @@ def test_every_hint_in_the_source_names_a_real_distribution_and_extra() -> None:
 def test_the_missing_backend_hint_names_the_distribution_that_provides_it() -> None:
     provided = _backends_by_distribution()
     backend_to_dist = {backend: dist for dist, backends in provided.items() for backend in backends}
-    assert set(SHIPPED_BACKENDS) == set(backend_to_dist), "SHIPPED_BACKENDS must list every backend shipped here"
-    for backend, requirement_text in SHIPPED_BACKENDS.items():
-        requirement = _check(requirement_text, f"SHIPPED_BACKENDS[{backend!r}]")
+    plugins = {backend for backend, dist in backend_to_dist.items() if (REPO / "plugins") in DISTS[dist][0].parents}
+    assert set(PUBLISHED_BACKENDS) == plugins, "PUBLISHED_BACKENDS must list every backend plugins/ publishes"
+    for backend, requirement_text in PUBLISHED_BACKENDS.items():
+        requirement = _check(requirement_text, f"PUBLISHED_BACKENDS[{backend!r}]")
         assert requirement.name == backend_to_dist[backend], backend
         hint = backend_install_hint(backend)
         assert hint.startswith("install it with: pip install ")
         _check(hint.removeprefix("install it with: pip install "), f"backend_install_hint({backend!r})")
-    # the example distributions are not named aworld-<backend>: the hint must not guess
-    assert "aworld-echo-backend" in backend_install_hint("echo")
-    assert "aworld-reinforce-backend" in backend_install_hint("reinforce")
-    assert "pip install" not in backend_install_hint("nosuch")
+    # the examples are not published: the hint never guesses a distribution for them
+    for backend in ("echo", "reinforce", "nosuch"):
+        assert "pip install" not in backend_install_hint(backend)
+        assert "no distribution of this project provides it" in backend_install_hint(backend)
 
 
 def test_every_framework_hint_names_the_providing_distribution() -> None:
@@ -106,11 +107,14 @@ def test_every_framework_hint_names_the_providing_distribution() -> None:
             assert _check(match.group("req"), f"backend {backend} of {dist}").name in (dist, "aworld-core")
 
 
-def test_the_cli_prints_the_real_name_for_a_missing_example_backend(tmp_path: Path) -> None:
+def test_the_cli_names_the_installed_backends_for_a_missing_third_party_one(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("name: hint-test\nagent:\n  name: a\n  max_steps: 3\n")
     done = subprocess.run([sys.executable, "-m", "aworld_core.run", "--backend", "echo", "--config", str(job),
                            "--dry-run"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "AWORLD_DISABLE_PLUGINS": "echo"})
     assert done.returncode == 2
-    assert "backend 'echo' is not installed; install it with: pip install aworld-echo-backend" in done.stderr
+    assert "backend 'echo' is not installed; no distribution of this project provides it" in done.stderr
+    assert "pip install aworld-echo" not in done.stderr  # never a guessed name
+    installed = done.stderr.split("installed backends: ", 1)[1].split("\n", 1)[0]
+    assert "trl" in installed.split(", ") and "echo" not in installed.split(", ")

@@ -13,8 +13,12 @@ import pytest
 from aworld_core import hookimpl
 from aworld_core.errors import PluginConflictError, UnknownBackendError, UnknownHookError, UsageError
 from aworld_core.plugins import DEFAULT_PLUGINS, PluginManager, maybe_await
-from aworld_core.specs import BackendSpec
+from aworld_core.specs import Backend
 from support.fake_dists import make_dist, run_cli
+
+
+def _plan(job, output_dir):
+    raise AssertionError("not planned in these tests")
 
 
 class _Plugin:
@@ -23,7 +27,7 @@ class _Plugin:
 
     @hookimpl
     def register_backends(self):
-        return [BackendSpec(self.name, "in-process test backend")]
+        return [Backend(self.name, "in-process test backend", planner=_plan)]
 
     @hookimpl
     def compute_reward(self, name, episode, sample):
@@ -69,8 +73,8 @@ def test_same_name_from_one_distribution_twice_is_not_a_conflict_but_two_are():
 def test_a_directory_named_like_a_framework_is_not_the_framework(tmp_path, monkeypatch):
     (tmp_path / "someframework").mkdir()
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert not BackendSpec("x", "d", framework="someframework").framework_installed()
-    assert BackendSpec("x", "d", framework="json").framework_installed()
+    assert not Backend("x", "d", _plan, framework="someframework").framework_installed()
+    assert Backend("x", "d", _plan, framework="json").framework_installed()
 
 
 def test_a_plugin_may_override_a_built_in_name():
@@ -90,23 +94,23 @@ def test_a_plugin_may_override_a_built_in_name():
 # --- hygiene: unknown hooks, default plugins by module name, maybe_await's home -----------------
 
 TYPO_PLUGIN = """
-from aworld_core import BackendSpec, hookimpl
+from aworld_core import Backend, hookimpl
 
 @hookimpl
 def register_backends():
-    return [BackendSpec("{backend}", "a backend whose plugin misspells a hook")]
+    return [Backend("{backend}", "a backend whose plugin misspells a hook", planner="json:dumps")]
 
 @hookimpl
-def plan_lanuch(backend, job, output_dir):
+def build_agnets(job, settings):
     return None
 """
 
 GOOD_PLUGIN = """
-from aworld_core import BackendSpec, hookimpl
+from aworld_core import Backend, hookimpl
 
 @hookimpl
 def register_backends():
-    return [BackendSpec("{backend}", "a backend from a correct plugin")]
+    return [Backend("{backend}", "a backend from a correct plugin", planner="json:dumps")]
 """
 
 
@@ -127,8 +131,8 @@ def test_misspelled_hook_fails_its_plugin_in_list_and_others_keep_working(tmp_pa
     out = listing.stdout
     line = next(line for line in out.splitlines() if "aworld-typo" in line)
     assert line.split()[:3] == [typo, "aworld-typo", "0.4.0"]
-    assert "ERROR: unknown hook 'plan_lanuch'" in line
-    assert "(no such hook in aworld_core.hookspecs; did you mean 'plan_launch'?)" in line
+    assert "ERROR: unknown hook 'build_agnets'" in line
+    assert "(no such hook in aworld_core.hookspecs; did you mean 'build_agents'?)" in line
     backends = out.split("Backends:\n", 1)[1].split("Tool environments:", 1)[0]
     assert typo not in backends, "a plugin that failed to load must provide nothing"
     assert good in backends and "aworld-fine" in backends
@@ -143,7 +147,7 @@ def test_misspelled_hook_is_a_load_error_in_process(tmp_path: Path, monkeypatch:
     manager = PluginManager()
     error = next(info for info in manager.load_errors if info.name == typo)
     assert (error.distribution, error.version) == ("aworld-typo", "0.4.0")
-    assert "unknown hook 'plan_lanuch'" in error.error and "did you mean 'plan_launch'?" in error.error
+    assert "unknown hook 'build_agnets'" in error.error and "did you mean 'build_agents'?" in error.error
     assert manager.pm.get_plugin(typo) is None
     assert manager.catalog().get("backend", typo) is None
     assert manager.catalog().backend(good).name == good
@@ -155,7 +159,7 @@ def test_register_in_process_with_an_unknown_hook_raises_and_registers_nothing()
     class Typo:
         @hookimpl
         def register_backends(self):
-            return [BackendSpec("typo", "never registered")]
+            return [Backend("typo", "never registered", planner=_plan)]
 
         @hookimpl
         def compute_rewrad(self, name, episode, sample):
@@ -194,7 +198,7 @@ def test_check_pending_safety_net_unregisters_and_records_the_plugin():
     class Sneaky:
         @hookimpl
         def register_backends(self):
-            return [BackendSpec("sneaky", "registered behind the manager's back")]
+            return [Backend("sneaky", "registered behind the manager's back", planner=_plan)]
 
         @hookimpl
         def on_episode_edn(self, episode):

@@ -14,17 +14,14 @@ from aworld_core.plugins import PluginManager
 from support.fake_dists import make_dist, run_cli
 
 PLUGIN = '''
-from aworld_core import BackendSpec, LaunchPlan, hookimpl
+from aworld_core import Backend, LaunchPlan, hookimpl
+
+def plan(job, output_dir):
+    return LaunchPlan(backend="twin", entrypoint="{module}:train")
 
 @hookimpl
 def register_backends():
-    return [BackendSpec("twin", "the twin backend from {dist}")]
-
-@hookimpl
-def plan_launch(backend, job, output_dir):
-    if backend != "twin":
-        return None
-    return LaunchPlan(backend="twin", entrypoint="{module}:train")
+    return [Backend("twin", "the twin backend from {dist}", planner=plan)]
 
 def train():
     return {{"trained": "{dist}"}}

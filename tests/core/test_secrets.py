@@ -121,7 +121,7 @@ def test_a_reference_resolves_from_the_environment_or_names_the_variable(
 def test_every_backends_plan_files_argv_and_printed_plan_hold_no_secret(
     backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The real plugins' plan_launch (planning needs no framework): files, command, environment,
+    """The real backends' planners (planning needs no framework): files, command, environment,
     entry-point arguments and the printed plan carry references; the workers resolve them from
     the environment the launch exports."""
     if backend == "verl":  # on a CPU verl's plan names the interpreter of its vLLM rollout server
@@ -188,7 +188,7 @@ def test_a_bad_key_value_is_not_echoed_in_the_error(tmp_path: Path) -> None:
 # in its environment, and the MCP config it rebuilds from the plan file.
 PROBE_PLUGIN = '''
 import json, sys
-from aworld_core import BackendSpec, LaunchPlan, hookimpl
+from aworld_core import Backend, LaunchPlan, hookimpl
 from aworld_core.secrets import public_job_dump
 
 PROBE = """
@@ -206,12 +206,9 @@ open(sys.argv[2], "w").write(json.dumps(report))
 
 @hookimpl
 def register_backends():
-    return [BackendSpec("probe", "reports what its launched process got")]
+    return [Backend("probe", "reports what its launched process got", planner=plan)]
 
-@hookimpl
-def plan_launch(backend, job, output_dir):
-    if backend != "probe":
-        return None
+def plan(job, output_dir):
     return LaunchPlan(backend="probe", command=[sys.executable, "-c", PROBE, str(output_dir / "job.json"),
                       str(output_dir / "report.json")], files={"job.json": json.dumps(public_job_dump(job))})
 '''

@@ -158,3 +158,64 @@ def test_what_the_trl_path_cannot_train_is_refused(tmp_path, write_samples):
         assert message in str(raised.value), (name, str(raised.value))
         if name != "use_vllm":
             assert isinstance(raised.value, ConfigError), name
+
+
+def _logprobs(model: Any, adapter: str | None, segment: Any) -> list[float]:
+    """log p of each response token of ``segment`` given what precedes it, under ``adapter`` (None: the
+    base model, adapters off)."""
+    import torch
+
+    ids = torch.tensor([[*segment.prompt_ids, *segment.response_ids]])
+    with torch.no_grad():
+        if adapter is None:
+            with model.disable_adapter():
+                logits = model(input_ids=ids).logits[0].float()
+        else:
+            logits = model(input_ids=ids, adapter_names=[adapter]).logits[0].float()
+    n = len(segment.prompt_ids)
+    logps = torch.log_softmax(logits[n - 1 : -1], dim=-1)
+    return logps.gather(-1, torch.tensor(segment.response_ids)[:, None]).squeeze(-1).tolist()
+
+
+@pytest.mark.slow
+def test_resume_restores_every_policy(tmp_path, tool_model_dir, calculator, write_samples):
+    """A run saves checkpoint-1 with one folder per adapter; a run resumed from it samples its next
+    episodes with both adapters exactly as saved (their logprobs recomputed under checkpoint-1's
+    adapters, not under fresh ones), continues the step count, and trains both adapters further."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from aworld_core.policies import policy_segments
+    from aworld_trl.trainer import train
+
+    def run(**trl: Any) -> Any:
+        job = _job(tmp_path, tool_model_dir, calculator.mcp_config(), write_samples, save_strategy="steps",
+                   save_steps=1, lr_scheduler_type="constant", **trl)
+        return train(job, str(tmp_path / "run"))
+
+    run(max_steps=1)
+    first = tmp_path / "run" / "trl" / "checkpoint-1"
+    saved = _adapters(first)
+    resumed = run(max_steps=2, resume_from_checkpoint=True)
+    assert '"global_step": 2' in (tmp_path / "run" / "trl" / "checkpoint-2" / "trainer_state.json").read_text()
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(tool_model_dir)), str(first / "planner"),
+                                      adapter_name="planner")
+    model.load_adapter(str(first / "answerer"), adapter_name="answerer")
+    model.eval()
+    checked = {p: 0 for p in POLICIES}
+    for episode in read_jsonl(resumed.artifacts["trajectories"]):
+        for policy in POLICIES:
+            for segment in policy_segments(episode, policy):
+                sampled = [i for i, m in enumerate(segment.response_mask) if m]
+                own = _logprobs(model, policy, segment)
+                base = _logprobs(model, None, segment)
+                assert [segment.response_logprobs[i] for i in sampled] == pytest.approx([own[i] for i in sampled], abs=1e-3)
+                checked[policy] += len(sampled)
+                if max(abs(own[i] - base[i]) for i in sampled) > 1e-2:
+                    checked[f"{policy}-differs"] = 1
+    assert all(checked[p] > 0 for p in POLICIES), checked
+    assert all(checked.get(f"{p}-differs") for p in POLICIES), "checkpoint-1's adapters are indistinguishable from none"
+    trained = _adapters(Path(resumed.artifacts["checkpoint"]))
+    for policy in POLICIES:
+        assert any(not torch.equal(v, trained[policy][k]) for k, v in saved[policy].items()), f"{policy} did not train"

@@ -146,7 +146,7 @@ def test_cli_dry_run_plans_sft_and_refuses_missing_files(episode_files, tmp_path
     config.write_text(yaml.safe_dump(job))
     assert main(["--config", str(config), "--dry-run"]) == 0
     printed = capsys.readouterr().out
-    assert "aworld_trl.trainer:train" in printed and "aworld_mode" in printed
+    assert "aworld_trl.trainer:train" in printed and "sft_config" in printed
     assert main(["--config", str(config), "--dry-run", "sft.train=missing.jsonl"]) == 2
     assert "sft.train" in capsys.readouterr().err
 
@@ -161,7 +161,7 @@ def test_a_backend_without_an_sft_trainer_refuses_an_sft_job(episode_files, tmp_
     config = tmp_path / "job.yaml"
     config.write_text(yaml.safe_dump(job))
     assert main(["--config", str(config), "--backend", "reinforce", "--dry-run"]) == 2  # examples/reinforce_backend
-    assert "does not train; use the trl, verl or ms-swift backend" in capsys.readouterr().err
+    assert "does not train; use the swift, trl or verl backend" in capsys.readouterr().err
 
 
 def test_grpo_only_options_are_refused_in_an_sft_job(episode_files, tmp_path):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aworld_core import BackendSpec, DatasetSpec, LaunchPlan, RewardSpec, hookimpl
+from aworld_core import Backend, Capabilities, DatasetSpec, LaunchPlan, RewardSpec, hookimpl
 from aworld_core.errors import ConfigError
+from aworld_core.specs import SAMPLING_FIELDS
 
 DEFAULTS = {"steps": 100, "prompts_per_step": 8, "group_size": 8, "learning_rate": 5e-3,
             "max_response_tokens": 3, "torch_threads": 1, "print_every": 10}
@@ -23,9 +24,11 @@ def options(job: Any) -> dict[str, Any]:
 
 
 @hookimpl
-def register_backends() -> list[BackendSpec]:
-    return [BackendSpec("reinforce", "REINFORCE with a group baseline in plain PyTorch (an example; CPU)",
-                        framework="torch", install_hint="pip install 'aworld-core[hf]'")]
+def register_backends() -> list[Backend]:
+    # rollout.sampling: the kit's EpisodeRunner.from_job (train.py) samples every episode with it
+    return [Backend("reinforce", "REINFORCE with a group baseline in plain PyTorch (an example; CPU)",
+                    planner=plan, framework="torch", install_hint="pip install 'aworld-core[hf]'",
+                    capabilities=Capabilities(sampling=SAMPLING_FIELDS))]
 
 
 @hookimpl
@@ -40,10 +43,8 @@ def register_rewards() -> list[RewardSpec]:
                        "aworld_reinforce_backend.task:same_case")]
 
 
-@hookimpl
-def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
-    if backend != "reinforce":
-        return None  # not ours
+def plan(job: Any, output_dir: Path) -> LaunchPlan:
+    """The in-process launch of ``job`` (its planner, called by the core)."""
     options(job)  # --dry-run refuses what a run would
     # an import reference and serialized config: the trainer rebuilds everything from them
     return LaunchPlan(

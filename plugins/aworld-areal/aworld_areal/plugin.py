@@ -1,5 +1,5 @@
-"""aworld-areal's hooks: the ``areal`` backend (AReaL 1.0.4 asynchronous GRPO), and the rollout of
-agents written against the OpenAI API (``workflow.openai_agent``)."""
+"""aworld-areal's registration and hooks: the ``areal`` backend (AReaL 1.0.4 asynchronous GRPO), one
+object, and the rollout of agents written against the OpenAI API (``workflow.openai_agent``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from aworld_core.hookspecs import hookimpl
-from aworld_core.schemas import LaunchPlan
-from aworld_core.specs import BackendSpec
+from aworld_core.schemas import LaunchPlan, TrainResult
+from aworld_core.specs import SAMPLING_FIELDS, Backend, Capabilities
 
 NAME = "areal"
 CONFIG_FILE = "areal_config.yaml"
@@ -22,15 +22,17 @@ JOB_FILE = "aworld_job.json"
 
 
 @hookimpl
-def register_backends() -> list[BackendSpec]:
+def register_backends() -> list[Backend]:
     return [
-        BackendSpec(
+        Backend(
             NAME,
             "AReaL asynchronous GRPO with whole multi-turn AWorld episodes (on a CPU with a plain vLLM "
             "server: backends.areal.vllm_server; AReaL's own SGLang/vLLM servers need GPUs)",
+            planner=plan,
+            launcher=launch,
             framework="areal",
             install_hint="pip install 'aworld-areal[areal]'",
-            requires_gpu=False,
+            capabilities=Capabilities(sampling=SAMPLING_FIELDS, resume=True, segments=True, asynchronous=True),
         )
     ]
 
@@ -58,24 +60,20 @@ def rollout(agent: Any, sample: Any, llm: Any, context: Any) -> Any:
     return run_openai_episode(agent, sample, llm, context)
 
 
-@hookimpl
-def launch_trainer(backend: str, job: Any, plan: LaunchPlan) -> None:
-    """Refuse to launch a job AReaL cannot train; otherwise the core's launcher runs the plan."""
-    if backend != NAME:
-        return None
+def launch(job: Any, plan: LaunchPlan) -> TrainResult:
+    """Refuse to launch a job AReaL cannot train (``--dry-run`` still shows its plan, with what is
+    missing as notes); otherwise the core's launcher runs the plan."""
     from aworld_areal.config import missing_inputs
     from aworld_core.errors import UsageError
+    from aworld_core.launch import execute_plan
 
     problems = missing_inputs(job)
     if problems:
         raise UsageError("; ".join(problems))
-    return None
+    return execute_plan(plan, Path(job.resolved_output_dir()).absolute())
 
 
-@hookimpl
-def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
-    if backend != NAME:
-        return None
+def plan(job: Any, output_dir: Path) -> LaunchPlan:
     from aworld_areal.config import (
         SERVER_FILE,
         SERVER_LOG_NAME,

@@ -73,7 +73,7 @@ def build_sft_plan(job: Any, output_dir: Path) -> LaunchPlan:
         notes.append("no sft.tools: the rows carry no tool list")
     return LaunchPlan(backend=BACKEND, command=command_line(args, "sft"), cwd=str(out),
                       env={"TRL_EXPERIMENTAL_SILENCE": "1"},
-                      config={"swift_args": args, "aworld_mode": "sft"}, notes=notes)
+                      config={"swift_args": args}, notes=notes)
 
 
 def write_sft_datasets(job: Any, output_dir: Path) -> dict[str, str]:

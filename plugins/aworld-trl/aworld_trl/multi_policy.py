@@ -22,8 +22,9 @@ episodes. How, on TRL's own ``GRPOTrainer``:
   on that policy's rows with its adapter active (``PeftModel.set_adapter``) and sums them. With TRL's
   token-mean losses (``dapo``, ``cispo``: normalized by the batch's sampled tokens) the sum is
   exactly the loss of the whole batch, so each sampled token weighs the same whichever policy it is.
-* **Checkpoints.** ``save_model`` writes each adapter in ``<checkpoint>/<policy>``; resume loads each
-  one back (:func:`load_policy_adapters`).
+* **Checkpoints.** ``save_model`` (and TRL's ``checkpoint-N``) writes each adapter in ``<dir>/<policy>``;
+  resuming, transformers loads each adapter back from its folder, and the trainer puts every trained
+  adapter in the optimizer (transformers marks only the active one trainable when it loads them).
 
 What this path does not do (refused at plan time, :func:`check_multi_policy`): policies with a model
 of their own or every weight of the job's model, ``use_vllm``, asynchronous rollouts, a KL term
@@ -125,21 +126,6 @@ def build_policy_model(job: Any, model: Any) -> Any:
     if trained:
         peft_model.set_requires_grad(trained, requires_grad=True)
     return peft_model
-
-
-def load_policy_adapters(model: Any, checkpoint: Path, names: Sequence[str]) -> None:
-    """Each adapter's weights from ``<checkpoint>/<name>`` (what ``save_model`` wrote), in place."""
-    from peft import set_peft_model_state_dict
-    from peft.utils import load_peft_weights
-
-    for name in names:
-        folder = Path(checkpoint) / name
-        if not folder.is_dir():
-            raise UsageError(f"resume: {checkpoint} has no adapter of policy '{name}' ({folder} is missing)")
-        result = set_peft_model_state_dict(model, load_peft_weights(str(folder)), adapter_name=name)
-        unexpected = [k for k in getattr(result, "unexpected_keys", []) or [] if f".{name}." in k]
-        if unexpected:
-            raise AworldError(f"resume: the adapter of policy '{name}' in {folder} does not fit the model: {unexpected[:3]}")
 
 
 def build_router(job: Any, engine: Any, tokenizer: Any, max_response_tokens: int | None) -> Any:

@@ -1,53 +1,34 @@
-"""aworld-verl's hooks: the ``verl`` backend (plan and launch ``verl.trainer.main_ppo``)."""
+"""aworld-verl's registration: the ``verl`` backend (plan and launch ``verl.trainer.main_ppo``), one object."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from aworld_core.hookspecs import hookimpl
-from aworld_core.schemas import LaunchPlan, TrainResult
-from aworld_core.specs import BackendSpec
+from aworld_core.specs import SAMPLING_FIELDS, Backend, Capabilities
 
 NAME = "verl"
 
+# Top-level sections of a verl config (what upstream AWorld's AgentTrainer(config=...) took): in a
+# job they belong under backends.verl, passed to verl as hydra overrides; the job's error says so.
+CONFIG_SECTIONS = frozenset({
+    "data", "trainer", "actor_rollout_ref", "critic", "algorithm", "reward_model", "custom_reward_function",
+    "ray_init", "ray_kwargs", "global_profiler", "transfer_queue",
+})
+
 
 @hookimpl
-def register_backends() -> list[BackendSpec]:
+def register_backends() -> list[Backend]:
     return [
-        BackendSpec(
+        Backend(
             NAME,
             "verl PPO/GRPO with AWorld agent loops (Ray; vLLM/SGLang rollouts on GPUs, "
             "a vLLM server of its own on a CPU: backends.verl.aworld.rollout_server)",
+            planner="aworld_verl.launch:build_plan",
+            launcher="aworld_verl.launch:launch",  # writes the parquet files, then runs the plan
+            sft_planner="aworld_verl.sft:build_sft_plan",
+            sft_launcher="aworld_verl.sft:launch_sft",
             framework="verl",
             install_hint="pip install 'aworld-verl[verl]' (and vLLM: see the plugin README)",
-            requires_gpu=False,
+            capabilities=Capabilities(sampling=SAMPLING_FIELDS, resume=True, segments=True),
+            config_sections=CONFIG_SECTIONS,
         )
     ]
-
-
-@hookimpl
-def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
-    if backend != NAME:
-        return None
-    if job.sft is not None:  # SFT on collected trajectories (aworld_verl.sft)
-        from aworld_verl.sft import build_sft_plan
-
-        return build_sft_plan(job, output_dir)
-    from aworld_verl.launch import build_plan
-
-    return build_plan(job, output_dir)
-
-
-@hookimpl
-def launch_trainer(backend: str, job: Any, plan: LaunchPlan) -> TrainResult | None:
-    """Write the verl parquet files from the job's datasets, then run the planned command."""
-    if backend != NAME:
-        return None
-    if job.sft is not None:
-        from aworld_verl.sft import launch_sft
-
-        return launch_sft(job, plan)
-    from aworld_verl.launch import launch
-
-    return launch(job, plan)

@@ -81,7 +81,7 @@ def build_sft_plan(job: Any, output_dir: Path) -> LaunchPlan:
         notes.append("no sft.tools: the prompts are rendered without the agent's tool list")
     return LaunchPlan(backend=BACKEND, command=command, cwd=str(out),
                       env={"HYDRA_FULL_ERROR": "1", **_pythonpath(job)},
-                      config={**overrides, "aworld_mode": "sft"}, notes=notes)
+                      config=overrides, notes=notes)
 
 
 def write_sft_datasets(job: Any, output_dir: Path) -> dict[str, str]:
