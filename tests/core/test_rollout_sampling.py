@@ -96,6 +96,14 @@ def test_the_agents_sampling_stays_for_evaluation(tmp_path):
     validate_job(None, job, evaluation=True)  # --eval: the agent samples with its own settings
 
 
+def test_dry_run_shows_the_native_keys_rollout_sampling_becomes(tmp_path):
+    code, out, err = _dry_run(_job_file(tmp_path, rollout={"sampling": {"temperature": 0.7, "top_k": 0}},
+                                        backends={"trl": {"learning_rate": 1e-5}}))
+    assert code == 0, err
+    backend = yaml.safe_load(out.split("--- resolved backend config ---\n", 1)[1])
+    assert backend["grpo_config"] == {"learning_rate": 1e-5, "temperature": 0.7, "top_k": 0}
+
+
 def test_a_conflict_between_rollout_sampling_and_backends_trl_is_refused_the_same_value_accepted(tmp_path):
     path = _job_file(tmp_path, rollout={"sampling": {"temperature": 0.7, "top_p": 0.9}})
     code, out, err = _dry_run(path, "backends.trl.temperature=0.7")
@@ -105,6 +113,7 @@ def test_a_conflict_between_rollout_sampling_and_backends_trl_is_refused_the_sam
     assert "rollout.sampling.top_p=0.9 and backends.trl.top_p=1.0 set the same setting to different values" in err
 
 
+@pytest.mark.filterwarnings("ignore:.*gradient_checkpointing.*:FutureWarning")  # TRL's use of a deprecated name
 def test_trl_builds_its_grpo_config_from_rollout_sampling(tmp_path):
     """What TRL's GRPOConfig gets is what the trl backend's rollout samples with (aworld_trl.rollout)."""
     pytest.importorskip("trl")
