@@ -1,4 +1,4 @@
-"""aworld-trl's hooks: the ``trl`` backend, the default when installed."""
+"""aworld-trl's registration: the ``trl`` backend (the default when installed), one object."""
 
 from __future__ import annotations
 
@@ -9,39 +9,48 @@ import yaml
 
 from aworld_core.hookspecs import hookimpl
 from aworld_core.schemas import LaunchPlan
-from aworld_core.specs import BackendSpec
+from aworld_core.specs import SAMPLING_FIELDS, Backend, Capabilities
 
 NAME = "trl"
 JOB_FILE = "job.yaml"
 
 
 @hookimpl
-def register_backends() -> list[BackendSpec]:
+def register_backends() -> list[Backend]:
     return [
-        BackendSpec(
+        Backend(
             NAME,
             "TRL GRPO in this process, with AWorld rollouts (CPU or one GPU)",
+            planner=plan,
+            sft_planner=plan_sft,
             framework="trl",
             install_hint="pip install aworld-trl",
+            capabilities=Capabilities(
+                sampling=SAMPLING_FIELDS, lora=True, resume=True, segments=True, asynchronous=True,
+                multi_policy=True,  # LoRA adapters on one base (aworld_trl.multi_policy)
+            ),
         )
     ]
 
 
-@hookimpl
-def plan_launch(backend: str, job: Any, output_dir: Path) -> LaunchPlan | None:
-    if backend != NAME:
-        return None
+def plan(job: Any, output_dir: Path) -> LaunchPlan:
+    """GRPO in-process: bad options, moved keys, ZeRO-3 / FSDP refused before anything starts."""
     from aworld_trl.options import check_section, grpo_arguments
 
-    if job.sft is not None:  # SFT on collected trajectories: TRL's SFTTrainer (aworld_trl.sft)
-        from aworld_trl.sft import check_sft_section
+    check_section(job)
+    # what GRPOConfig gets: backends.trl with the job's rollout.sampling mapped onto its keys
+    return _plan(job, output_dir, {"grpo_config": grpo_arguments(job)})
 
-        check_sft_section(job)
-        config = {"aworld_mode": "sft", "sft_config": job.backend_section(NAME)}
-    else:
-        check_section(job)  # bad options, moved keys, ZeRO-3 / FSDP: refused before anything starts
-        # what GRPOConfig gets: backends.trl with the job's rollout.sampling mapped onto its keys
-        config = {"grpo_config": grpo_arguments(job)}
+
+def plan_sft(job: Any, output_dir: Path) -> LaunchPlan:
+    """SFT on collected trajectories: TRL's SFTTrainer (``aworld_trl.sft``)."""
+    from aworld_trl.sft import check_sft_section
+
+    check_sft_section(job)
+    return _plan(job, output_dir, {"sft_config": job.backend_section(NAME)})
+
+
+def _plan(job: Any, output_dir: Path, config: dict[str, Any]) -> LaunchPlan:
     from aworld_core.secrets import public_job_dump
 
     job_data = public_job_dump(job)  # secrets as {"env": NAME}: the launch exports them first
