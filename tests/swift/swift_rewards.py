@@ -23,6 +23,7 @@ def tool_answer(episode: Any, sample: Any) -> float:
 
 
 def answer_parity(episode: Any, sample: Any) -> float:
-    """1.0 when the final answer has an odd number of characters, else 0.0: a reward that differs
-    between sampled episodes whatever the tiny model answers, so GRPO groups have an advantage."""
-    return float(len(episode.final_answer or "") % 2)
+    """1.0 when the episode sampled an odd number of tokens, else 0.0: a reward that differs between
+    sampled episodes whatever the tiny model writes, so GRPO groups have an advantage."""
+    calls = [step.exp_data.llm_call for step in episode.steps if step.exp_data.llm_call is not None]
+    return float(sum(len(c.token_data.response_ids) for c in calls if c.token_data is not None) % 2)
