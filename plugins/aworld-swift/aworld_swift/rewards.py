@@ -330,6 +330,11 @@ def batch_metrics(records: list[Episode], entries: list[dict[str, Any]]) -> dict
     figures come from the counts the scheduler recorded."""
     metrics = step_metrics(records)
     n = len(entries) or 1
+    # a record holds one row's segment: an episode's segment count travels in its rows' entries
+    counts = [int(e.get("segment_count") or 1) for r, e in zip(records, entries, strict=True) if is_trainable(r)]
+    if counts:
+        metrics["aworld/segmented_rate"] = sum(1 for c in counts if c > 1) / (len(records) or 1)
+        metrics["aworld/segments"] = sum(counts) / len(counts)
     results = sum(int(e.get("tool_results") or 0) for e in entries)
     metrics["aworld/tool_call_rate"] = sum(1 for e in entries if e.get("tool_calls")) / n
     metrics["aworld/tool_error_rate"] = sum(int(e.get("tool_errors") or 0) for e in entries) / results if results else 0.0
