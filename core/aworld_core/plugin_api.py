@@ -78,6 +78,11 @@ PUBLIC_MODULES: dict[str, tuple[str, ...] | None] = {
     "aworld_core.trajectories": None,
     "aworld_core.gateway": None,
     "aworld_core.service": None,
+    # several policies in one job (docs/multi-policy.md): the sections and credit helpers, the per-agent
+    # clients a backend passes to the runtime, one policy's view of an engine serving several adapters
+    "aworld_core.policies": None,
+    "aworld_core.policy_clients": ("PolicyClients", "tag_view"),
+    "aworld_core.tokens.adapter_engine": ("AdapterEngine",),
     # the test kit (tiny models, MCP servers, fixtures) for plugins' tests
     "aworld_core.testing": None,
     # the command lines, in-process (``aworld`` / ``python -m aworld_core.run``, ``python -m

@@ -35,6 +35,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aworld_core.errors import UsageError
 
+__all__ = [
+    "PolicySection", "LoraSection", "PolicyModel", "PolicyEndpoint", "trained_policies", "is_multi_policy",
+    "policy_segments", "set_policy_rewards", "policy_reward", "POLICY_REWARDS",
+]
+
 PolicyKind = Literal["adapter", "model", "base", "endpoint"]
 
 # peft keys adapters by name in ModuleDicts ('.' is refused there) and calls the base "__base__"
