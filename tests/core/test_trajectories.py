@@ -33,11 +33,11 @@ from aworld_core.trajectories import (
     messages_rows,
     read_trajectories,
     split_by_task,
-    swift_rows,
     token_rows,
-    verl_rows,
 )
 from aworld_core.trajectories.cli import main as cli
+from aworld_swift.sft_rows import sft_rows as swift_rows  # the backends' own formats (Backend.formats)
+from aworld_verl.sft_rows import sft_rows as verl_rows
 
 CALL_MSG = {"role": "assistant", "content": None,
             "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "calc", "arguments": '{"expr": "2+3"}'}}]}
@@ -277,6 +277,14 @@ def test_cli_filter_and_convert(tmp_path, capsys):
     assert cli(["convert", str(out / "train.jsonl"), "-o", str(tmp_path / "t.parquet"), "--format", "verl"]) == 0
     assert cli(["convert", str(out / "train.jsonl"), "-o", str(tmp_path / "s.jsonl"), "--format", "swift"]) == 0
     assert "swift rows" in capsys.readouterr().out
+    # found through the backends' registrations: the same rows as their own functions
+    import pyarrow.parquet as pq
+
+    kept = read_trajectories(out / "train.jsonl").episodes
+    table = pq.read_table(tmp_path / "t.parquet").to_pylist()  # arrow adds the null struct fields
+    assert [(r["task_id"], [m["role"] for m in r["messages"]]) for r in table] == [
+        (r["task_id"], [m["role"] for m in r["messages"]]) for r in verl_rows(kept)]
+    assert [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()] == swift_rows(kept)
 
 
 def test_cli_bad_input_exits_2(tmp_path, capsys):

@@ -3,7 +3,7 @@
 ``read_trajectories`` (exported episodes, evaluation outputs, task service downloads),
 ``filter_episodes`` + ``FilterSpec`` (status, reward, turns, tool use, truncation, length, dedupe,
 best-of-n; a report of what was dropped and why), ``split_by_task``, and the converters
-(``token_rows``: token-exact; ``messages_rows``/``verl_rows``/``swift_rows``). The CLI is
+(``token_rows``: token-exact; ``messages_rows``; a backend's own rows by name: ``convert``). The CLI is
 ``python -m aworld_core.trajectories``. Nothing here imports torch or transformers.
 """
 
@@ -23,11 +23,10 @@ _EXPORTS = {
     "TokenizerMismatchError": "aworld_core.trajectories.convert",
     "check_tokenizer": "aworld_core.trajectories.convert",
     "convert": "aworld_core.trajectories.convert",
+    "format_names": "aworld_core.trajectories.convert",
     "messages_rows": "aworld_core.trajectories.convert",
     "read_tools": "aworld_core.trajectories.convert",
-    "swift_rows": "aworld_core.trajectories.convert",
     "token_rows": "aworld_core.trajectories.convert",
-    "verl_rows": "aworld_core.trajectories.convert",
     "write_job_sft_data": "aworld_core.trajectories.convert",
     "write_rows": "aworld_core.trajectories.convert",
 }

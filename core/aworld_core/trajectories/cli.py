@@ -53,12 +53,15 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("convert", help="write kept episodes in a training format")
     c.add_argument("inputs", nargs="+", help="episode files (e.g. the filter's train.jsonl)")
     c.add_argument("-o", "--output", required=True, help="output file (.jsonl or .parquet)")
-    c.add_argument("--format", required=True, choices=["tokens", "messages", "verl", "swift"],
+    from aworld_core.trajectories.convert import backend_formats, format_names
+
+    theirs = "; ".join(f"{name}: the {backend} backend's SFT rows" for name, backend in backend_formats().items())
+    c.add_argument("--format", required=True, choices=format_names(),
                    help="tokens: token-exact (prompt_ids, completion_ids, completion_mask); messages: TRL "
-                   "SFTTrainer; verl: multi-turn SFT parquet; swift: ms-swift agent JSONL")
+                   f"SFTTrainer{'; ' + theirs if theirs else ''}")
     c.add_argument("--tokenizer", help="tokens: the tokenizer directory of the model to train (checked against "
                    "the token data)")
-    c.add_argument("--tools", help="JSON file with the agent's tool specs (messages/verl/swift)")
+    c.add_argument("--tools", help="JSON file with the agent's tool specs (every format but tokens)")
     return parser
 
 

@@ -10,9 +10,10 @@
   one the episode was sampled with is refused (``check_tokenizer``).
 * **messages** (``messages_rows``): the conversation and its tools, for a trainer that renders
   them with the target model's chat template: TRL's ``SFTTrainer`` (``messages`` + ``tools``,
-  ``assistant_only_loss``), verl's multi-turn SFT parquet (``verl_rows``: ``messages``, ``tools``)
-  and ms-swift's agent JSONL (``swift_rows``: ``messages`` with ``tool_call``/``tool_response``
-  roles and a per-message ``loss``, ``tools`` as JSON text).
+  ``assistant_only_loss``).
+* a backend's own rows: a backend registers the formats its SFT trainer reads
+  (``Backend.formats``, e.g. ``verl``: multi-turn SFT parquet, ``swift``: ms-swift's agent JSONL),
+  each built on ``messages_rows``; :func:`convert` finds them by name, so the core knows none.
 
 Tool calls in messages follow the chat-template convention: ``{"type": "function", "function":
 {"name", "arguments": <dict>}}`` (the JSON text the model wrote is parsed; text that is not a JSON
@@ -23,7 +24,7 @@ object stays a string). Episodes do not record the tool schemas their agent was 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from aworld_core.schemas import Episode, Message
 from aworld_core.trajectories.filter import stale_rewrite, training_views
 from aworld_core.trajectories.read import task_key
 
-FORMATS = ("tokens", "messages", "verl", "swift")
+FORMATS = ("tokens", "messages")  # the core's own; installed backends add theirs (Backend.formats)
 
 
 class TokenizerMismatchError(UsageError):
@@ -189,45 +190,6 @@ def messages_rows(episodes: Sequence[Episode], tools: list[dict[str, Any]] | Non
     return rows
 
 
-def verl_rows(episodes: Sequence[Episode], tools: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """verl multi-turn SFT rows (``MultiTurnSFTDataset``: ``data.messages_key=messages``,
-    ``data.tools_key=tools``; every assistant turn is trained)."""
-    return [{**row, "data_source": "aworld", "task_id": task_key(e)}
-            for row, e in zip(messages_rows(episodes, tools), episodes, strict=True)]
-
-
-def _swift_messages(messages: list[Message]) -> list[Message]:
-    out: list[Message] = []
-    for message in messages:
-        role = message["role"]
-        if role == "assistant":
-            text = message.get("content") or ""
-            calls = message.get("tool_calls") or []
-            if text or not calls:
-                out.append({"role": "assistant", "content": text, "loss": True})
-            for call in calls:
-                function = call["function"]
-                out.append({"role": "tool_call", "loss": True, "content": json.dumps(
-                    {"name": function["name"], "arguments": function["arguments"]}, ensure_ascii=False)})
-        elif role == "tool":
-            out.append({"role": "tool_response", "content": message.get("content") or ""})
-        else:
-            out.append({"role": role, "content": message.get("content") or ""})
-    return out
-
-
-def swift_rows(episodes: Sequence[Episode], tools: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """ms-swift agent rows: ``messages`` (``tool_call``/``tool_response`` roles, ``loss`` on the
-    model's messages) and ``tools`` as JSON text (the form ms-swift's agent templates read)."""
-    rows = []
-    for episode in episodes:
-        row: dict[str, Any] = {"messages": _swift_messages(_checked_messages(episode))}
-        if tools is not None:
-            row["tools"] = json.dumps(tools, ensure_ascii=False)
-        rows.append(row)
-    return rows
-
-
 # ---------------------------------------------------------------------------------------------
 # files
 # ---------------------------------------------------------------------------------------------
@@ -267,9 +229,12 @@ def write_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     return path
 
 
-def write_job_sft_data(job: Any, output_dir: str | Path, format: str, files: dict[str, str]) -> dict[str, str]:
-    """A job's ``sft:`` episode files (``train``, ``val``) converted to ``format`` and written under
-    ``output_dir`` at ``files[name]``; returns ``{relative path: written path}``.
+def write_job_sft_data(
+    job: Any, output_dir: str | Path, format: str | Callable[..., list[dict[str, Any]]], files: dict[str, str]
+) -> dict[str, str]:
+    """A job's ``sft:`` episode files (``train``, ``val``) converted to ``format`` (a format's name,
+    or a backend's rows function itself) and written under ``output_dir`` at ``files[name]``;
+    returns ``{relative path: written path}``.
 
     What a backend that plans its own SFT trainer (verl, ms-swift) writes before launching it.
     """
@@ -284,19 +249,40 @@ def write_job_sft_data(job: Any, output_dir: str | Path, format: str, files: dic
         episodes = read_trajectories(job.resolve_path(value)).episodes
         if not episodes:
             raise UsageError(f"sft.{name} holds no episodes")
-        written[relative] = str(write_rows(convert(episodes, format, tools=tools), Path(output_dir) / relative))
+        rows = format(episodes, tools) if callable(format) else convert(episodes, format, tools=tools)
+        written[relative] = str(write_rows(rows, Path(output_dir) / relative))
     return written
+
+
+def backend_formats() -> dict[str, str]:
+    """The row formats installed backends register: format name -> the backend's name."""
+    from aworld_core.plugins import get_plugin_manager
+
+    found: dict[str, str] = {}
+    for name, item in sorted(get_plugin_manager().catalog().items("backend").items()):
+        for format in item.spec.formats:
+            found.setdefault(format, name)
+    return found
+
+
+def format_names() -> list[str]:
+    """Every format :func:`convert` writes here: the core's, then the installed backends'."""
+    return [*FORMATS, *(f for f in backend_formats() if f not in FORMATS)]
 
 
 def convert(episodes: Sequence[Episode], format: str, *, tokenizer: Any = None,
             tools: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Rows of ``format`` (one of :data:`FORMATS`)."""
+    """Rows of ``format``: one of :data:`FORMATS`, or a format an installed backend registers."""
     if format == "tokens":
         return token_rows(episodes, tokenizer)
     if format == "messages":
         return messages_rows(episodes, tools)
-    if format == "verl":
-        return verl_rows(episodes, tools)
-    if format == "swift":
-        return swift_rows(episodes, tools)
-    raise UsageError(f"unknown format '{format}'; use one of: {', '.join(FORMATS)}")
+    backend = backend_formats().get(format)
+    if backend is None:
+        raise UsageError(
+            f"unknown format '{format}'; use one of: {', '.join(format_names())} (a backend's own format "
+            f"needs its plugin installed)"
+        )
+    from aworld_core.plugins import get_plugin_manager
+
+    return get_plugin_manager().catalog().backend(backend).rows_writer(format)(episodes, tools)

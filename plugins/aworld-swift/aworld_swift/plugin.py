@@ -27,5 +27,6 @@ def register_backends() -> list[Backend]:
             install_hint="pip install 'aworld-swift[swift]' (in its own environment: ms-swift pins trl<1.0)",
             # segments: one batch row per training segment (aworld_swift.segments)
             capabilities=Capabilities(sampling=SAMPLING_FIELDS, segments=True),
+            formats={"swift": "aworld_swift.sft_rows:sft_rows"},  # ms-swift agent JSONL
         )
     ]

@@ -7,7 +7,7 @@ The plan (``--dry-run``)::
         --output_dir <out>/swift --add_version false --seed <seed> --report_to none ...
 
 (``python -m swift.cli.main`` is the ``swift`` command.) The dataset is ms-swift's agent format
-(``aworld_core.trajectories.swift_rows``): ``messages`` with ``tool_call`` / ``tool_response``
+(``aworld_swift.sft_rows``): ``messages`` with ``tool_call`` / ``tool_response``
 roles and ``loss: true`` on the model's own messages, ``tools`` as JSON text; ms-swift renders it
 with ``--template`` / ``--agent_template``. Every key of ``backends.swift`` except ``aworld`` and
 ``rollout`` is passed as ``--key value`` and wins (secret-carrying arguments are refused).
@@ -79,8 +79,9 @@ def build_sft_plan(job: Any, output_dir: Path) -> LaunchPlan:
 def write_sft_datasets(job: Any, output_dir: Path) -> dict[str, str]:
     """The sft: episode files as ms-swift agent-format JSONL; returns what was written."""
     from aworld_core.trajectories import write_job_sft_data
+    from aworld_swift.sft_rows import sft_rows
 
-    return write_job_sft_data(job, output_dir, "swift", {"train": TRAIN_FILE, "val": VAL_FILE})
+    return write_job_sft_data(job, output_dir, sft_rows, {"train": TRAIN_FILE, "val": VAL_FILE})
 
 
 def launch_sft(job: Any, plan: LaunchPlan) -> TrainResult:

@@ -29,6 +29,7 @@ def register_backends() -> list[Backend]:
             framework="verl",
             install_hint="pip install 'aworld-verl[verl]' (and vLLM: see the plugin README)",
             capabilities=Capabilities(sampling=SAMPLING_FIELDS, resume=True, segments=True),
+            formats={"verl": "aworld_verl.sft_rows:sft_rows"},  # multi-turn SFT parquet
             config_sections=CONFIG_SECTIONS,
         )
     ]

@@ -10,7 +10,7 @@ column. The plan (``--dry-run``)::
         data.tools_key=tools model.path=<model.path> trainer.default_local_dir=<out>/checkpoints ...
 
 ``backends.verl`` (nested or dotted) wins over these. Launching converts ``sft.train``/``sft.val``
-(episodes) to that parquet with ``aworld_core.trajectories.verl_rows`` first. verl renders the
+(episodes) to that parquet with ``aworld_verl.sft_rows`` first. verl renders the
 messages with the model's chat template, so the token-exact form is refused here (use trl).
 """
 
@@ -91,8 +91,9 @@ def write_sft_datasets(job: Any, output_dir: Path) -> dict[str, str]:
     one struct per file, so a key another tool uses reads back as null in this one.
     """
     from aworld_core.trajectories import write_job_sft_data
+    from aworld_verl.sft_rows import sft_rows
 
-    return write_job_sft_data(job, output_dir, "verl", {"train": TRAIN_PARQUET, "val": VAL_PARQUET})
+    return write_job_sft_data(job, output_dir, sft_rows, {"train": TRAIN_PARQUET, "val": VAL_PARQUET})
 
 
 def launch_sft(job: Any, plan: LaunchPlan) -> TrainResult:
