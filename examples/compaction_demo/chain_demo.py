@@ -11,9 +11,11 @@ goes on in a new training segment, and both segments train.
 
 The model is the CPU GRPO demo's tiny Qwen2 (``aworld_cpu_grpo_demo.build``) with a tokenizer
 trained on these conversations and a supervised warm start that teaches the *format*: the two
-calls, reading a result, the compacted view, the answer tag. Its traces copy a word right only
-half of the time (``COPY_RATE``), so about a quarter of the episodes answer right before RL; GRPO
-raises that, crediting every segment of an episode with its reward.
+calls, reading a result, the compacted view, the answer tag. Its traces follow the chain but
+answer the chain's last word only ``ANSWER_RATE`` of the time, else the first result's word (the
+one the compaction cut short): greedy decoding answers wrong before RL, sampling sometimes right;
+GRPO teaches the policy to answer from the newest result, crediting every segment of an episode
+with its reward.
 
 Nothing is downloaded; the data files are written by ``python chain_demo.py --data`` (committed, 54 KB).
 """
@@ -40,7 +42,7 @@ QUESTION = "Follow the chain from {key}."
 ANSWER_RE = re.compile(r"<answer>\s*([a-z]+)\s*</answer>")
 KEEP_CHARS = max(len(w) for w in WORDS) + 1  # the job's truncate_chars (8): the longest word and its newline
 LOG_ROWS = 6  # the scan log after each answer: row numbers, no table word (nothing else to copy)
-COPY_RATE = 0.5
+ANSWER_RATE = 0.3  # the warm start's answers: the chain's last word this often, else the first result's
 TEST_KEYS = 6  # keys held out for the test split
 
 
@@ -105,9 +107,9 @@ def _result(key: str, call_id: str, compacted: bool = False) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "name": "lookup", "content": text}
 
 
-def _copy(rng: random.Random, word: str) -> str:
-    """``word``, or (1 - COPY_RATE of the time) another word of the table."""
-    return word if rng.random() < COPY_RATE else rng.choice([w for w in WORDS if w != word])
+def _answer(rng: random.Random, first: str) -> str:
+    """The warm start's answer after looking up ``first``: right ``ANSWER_RATE`` of the time, else ``first``."""
+    return TABLE[first] if rng.random() < ANSWER_RATE else first
 
 
 def traces(rng: random.Random, size: int) -> list[tuple[list[dict[str, Any]], tuple[int, ...]]]:
@@ -118,7 +120,7 @@ def traces(rng: random.Random, size: int) -> list[tuple[list[dict[str, Any]], tu
     out = []
     for i in range(size):
         key = rng.choice(WORDS)
-        first = _copy(rng, TABLE[key])
+        first = TABLE[key]
         question = {"role": "user", "content": QUESTION.format(key=key)}
         if i % 2 == 0:
             messages = [question, _call(key, "call_0"), _result(key, "call_0"), _call(first, "call_1")]
@@ -126,7 +128,7 @@ def traces(rng: random.Random, size: int) -> list[tuple[list[dict[str, Any]], tu
         else:
             messages = [question, _call(key, "call_0"), _result(key, "call_0", compacted=True), _call(first, "call_1"),
                         _result(first, "call_1"),
-                        {"role": "assistant", "content": f"<answer>{_copy(rng, TABLE[first])}</answer>"}]
+                        {"role": "assistant", "content": f"<answer>{_answer(rng, first)}</answer>"}]
             out.append((messages, (0, 2)))
     return out
 
