@@ -492,22 +492,27 @@ def flatten_dotted(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-# Top-level sections of a verl config (what upstream AWorld's AgentTrainer(config=...) took):
-# here they belong under backends.verl, which is passed to verl as hydra overrides.
-VERL_CONFIG_KEYS = frozenset({
-    "data", "trainer", "actor_rollout_ref", "critic", "algorithm", "reward_model", "custom_reward_function",
-    "ray_init", "ray_kwargs", "global_profiler", "transfer_queue",
-})
+def _backend_owning(key: str) -> str | None:
+    """The installed backend whose framework's own config has ``key`` as a top-level section
+    (``Backend.config_sections``): a user who pasted that config is told where it goes."""
+    from aworld_core.plugins import get_plugin_manager
+
+    try:
+        backends = get_plugin_manager().catalog().items("backend")
+    except Exception:  # a message's hint must never hide the error it explains
+        return None
+    return next((name for name, item in sorted(backends.items()) if key in item.spec.config_sections), None)
 
 
 def _describe_expected(error: dict[str, Any]) -> str:
     kind = error.get("type", "")
     ctx = error.get("ctx") or {}
     loc = tuple(error.get("loc") or ())
-    if kind == "extra_forbidden" and len(loc) == 1 and loc[0] in VERL_CONFIG_KEYS:
+    owner = _backend_owning(str(loc[0])) if kind == "extra_forbidden" and len(loc) == 1 else None
+    if owner is not None:
         return (
-            f"a verl config section (upstream AWorld's AgentTrainer took verl's config): put it under "
-            f"backends.verl, i.e. backends: {{verl: {{{loc[0]}: ...}}}}; model, data files and reward go in "
+            f"a {owner} config section (upstream AWorld's AgentTrainer took the framework's config): put it under "
+            f"backends.{owner}, i.e. backends: {{{owner}: {{{loc[0]}: ...}}}}; model, data files and reward go in "
             f"the job's model / train_dataset / reward (docs/migration.md)"
         )
     if kind == "extra_forbidden":
