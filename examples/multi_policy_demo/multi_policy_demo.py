@@ -1,0 +1,207 @@
+"""The multi-policy demo's swarm, reward, model build and report, in one module the job names by file.
+
+Task: "What is A * B?" (4-digit A, B; the CPU GRPO demo's ``arith`` dataset). Two agents in a
+sequential ``Swarm``, each its own policy (a LoRA adapter of one tiny model):
+
+* the **planner** calls the ``calc`` tool of the real MCP calculator with an expression and relays
+  the tool's result as its final message. Its warm start writes ``A*B`` only ``OP_RATE`` of the time,
+  else ``A+B`` (the wrong arguments: the tool answers the sum);
+* the **answerer** gets the planner's message and answers ``<answer>N</answer>``. Its warm start
+  uses the tag only ``TAG_RATE`` of the time, else writes the bare number (no answer: reward 0).
+
+The episode is right only when both are: the final answer is the exact product. Greedy decoding is
+wrong for both roles before RL (each role's likelier choice is the wrong one), sampling sometimes
+right. Each policy is credited on its own part (``set_policy_rewards``): the planner on relaying the
+right product, the answerer on answering exactly what it was given, in the tag.
+
+The model is the CPU GRPO demo's tiny Qwen2 and tokenizer (``aworld_cpu_grpo_demo.build``), warm
+started here on both roles' conversations with that demo's loss helpers. Nothing is downloaded.
+
+``python multi_policy_demo.py --report RUN [RUN ...]`` prints each role's success per step (from the
+runs' ``trajectories.jsonl``) and the held-out results, and draws ``policies.png`` beside the first run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from aworld_core import Agent, Swarm, get_agent_tool_env_and_servers, get_settings
+
+OP_RATE = 0.3  # the warm start's planner writes A*B this often, else A+B
+TAG_RATE = 0.3  # the warm start's answerer answers in <answer> tags this often, else a bare number
+ROLES = ("planner", "answerer")
+
+
+# -- the swarm and the reward ----------------------------------------------------------------------
+
+
+def make_swarm() -> Swarm:
+    """The planner (with the job's calculator environment, when it runs) hands over to the answerer.
+
+    The environment exports ``MCP_SERVER_URL`` while the job runs; a ``--dry-run`` builds the swarm
+    without it (validation checks the agents against ``agent_policies``), so the planner then has no
+    tool server."""
+    mcp_config = None
+    if get_settings().mcp_server_url:
+        mcp_config, _ = get_agent_tool_env_and_servers(release_workspace=False)
+    return Swarm(
+        Agent("planner", conf={"max_steps": 3}, mcp_config=mcp_config),  # call calc, relay its result
+        Agent("answerer", conf={"max_steps": 1}),  # one reply: the answer
+    )
+
+
+def _number(text: str | None) -> int | None:
+    text = (text or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def role_outcomes(episode: Any, truth: int) -> dict[str, float]:
+    """Each role's success in ``episode`` (a role that did not speak is left out): the planner relays
+    the exact product; the answerer answers, in the tag, exactly the number it was given."""
+    from aworld_cpu_grpo_demo.tasks import parse_answer
+
+    said = {role: [s.exp_data.state.content for s in episode.steps if s.exp_meta.agent_id == role] for role in ROLES}
+    out: dict[str, float] = {}
+    if said["planner"]:
+        out["planner"] = float(_number(said["planner"][-1]) == truth)
+    if said["answerer"]:
+        given = _number(said["planner"][-1]) if said["planner"] else None
+        answer = parse_answer(said["answerer"][-1])
+        out["answerer"] = float(given is not None and answer == given)
+    return out
+
+
+def role_reward(episode: Any, sample: Any) -> float:
+    """The episode's reward: 1 for the exact product in ``<answer>`` tags, else 0. Each policy is
+    credited with its own role's success (``aworld_core.policies.set_policy_rewards``)."""
+    from aworld_core.policies import set_policy_rewards
+    from aworld_cpu_grpo_demo.tasks import parse_answer
+
+    truth = int(str(sample.ground_truth))
+    set_policy_rewards(episode, role_outcomes(episode, truth))
+    return float(parse_answer(episode.final_answer) == truth)
+
+
+# -- the warm start's conversations ------------------------------------------------------------------
+
+
+def planner_messages(a: int, b: int, op: str) -> list[dict[str, Any]]:
+    from aworld_cpu_grpo_demo.calculator import TOOL_NAME
+    from aworld_cpu_grpo_demo.tasks import QUESTION
+
+    result = a * b if op == "*" else a + b
+    arguments = json.dumps({"expr": f"{a}{op}{b}"}, separators=(",", ":"))
+    call = {"id": "call_0", "type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}
+    return [{"role": "user", "content": QUESTION.format(a=a, b=b)},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_0", "name": TOOL_NAME, "content": str(result)},
+            {"role": "assistant", "content": str(result)}]
+
+
+def answerer_messages(given: int, tagged: bool) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": str(given)},
+            {"role": "assistant", "content": f"<answer>{given}</answer>" if tagged else str(given)}]
+
+
+def traces(rng: random.Random, size: int, op_rate: float = OP_RATE, tag_rate: float = TAG_RATE) -> list[Any]:
+    """Half planner conversations (``A*B`` with probability ``op_rate``, else ``A+B``), half answerer
+    ones (tagged with probability ``tag_rate``), the answerer given products and sums alike."""
+    from aworld_cpu_grpo_demo.traces import Trace, balanced_problem
+
+    out = []
+    for index in range(size):
+        a, b = balanced_problem(rng)  # products of 7 and 8 digits equally often
+        if index % 2 == 0:
+            out.append(Trace(planner_messages(a, b, "*" if rng.random() < op_rate else "+")))
+        else:
+            given = a * b if rng.random() < 0.5 else a + b
+            out.append(Trace(answerer_messages(given, rng.random() < tag_rate)))
+    return out
+
+
+# -- the model -----------------------------------------------------------------------------------------
+
+
+def _greedy_rates(model: Any, tokenizer: Any, rng: random.Random, n: int = 8) -> dict[str, float]:
+    """Greedy probes of the skills RL builds on: the planner copies A and B into its call, the
+    answerer copies the number it is given (tagged or not)."""
+    import torch
+
+    def reply(messages: list[dict[str, Any]], tokens: int) -> str:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=tokens, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)
+        return tokenizer.decode(out[0][len(ids):], skip_special_tokens=True)
+
+    from aworld_cpu_grpo_demo.traces import balanced_problem
+
+    model.eval()
+    calls = copies = 0
+    for _ in range(n):
+        a, b = balanced_problem(rng)
+        text = reply(planner_messages(a, b, "*")[:1], 30)
+        calls += f'"{a}*{b}"' in text or f'"{a}+{b}"' in text
+        copies += str(a * b) in reply(answerer_messages(a * b, True)[:1], 14)
+    model.train()
+    return {"call copied": calls / n, "answer copied": copies / n}
+
+
+def build_model(path: str, *, seed: int = 0, steps: int = 800, batch_size: int = 32, lr: float = 2e-3) -> Path:
+    """``model.build``: the CPU GRPO demo's tokenizer and tiny Qwen2, warm-started on both roles'
+    conversations, at ``path`` (once; a rerun reuses it). Loss on the assistant turns only."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from aworld_cpu_grpo_demo.build import new_model, save_tokenizer, train_tokenizer
+    from aworld_cpu_grpo_demo.warm_start import _chunk_loss, encode, length_buckets
+
+    hf_logging.disable_progress_bar()
+    torch.set_num_threads(1)  # a tiny model on a busy 2-core machine: one thread is the faster
+    target = Path(path)
+    if target.exists():
+        return target
+    started = time.perf_counter()
+    staging = target.with_name(target.name + ".building")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    print(f"building the multi-policy demo's model in {target} (tokenizer, tiny Qwen2, warm start)", flush=True)
+    rng = random.Random(seed)
+    tokenizer = train_tokenizer(seed)
+    model = new_model(tokenizer, seed)
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    warmup = max(1, steps // 40)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
+    model.train()
+    loss_value = 0.0
+    for step in range(steps):
+        ids, labels = encode(tokenizer, traces(rng, batch_size))
+        total = sum(1 for row in labels for y in row[1:] if y != -100)
+        optimizer.zero_grad(set_to_none=True)
+        loss_value = 0.0
+        for chunk in length_buckets(ids, labels):
+            loss = _chunk_loss(model, chunk, tokenizer.pad_token_id) / total
+            loss.backward()
+            loss_value += loss.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if step % 100 == 0 or step == steps - 1:
+            rates = _greedy_rates(model, tokenizer, random.Random(step))
+            print(f"  warm start step {step:4d}/{steps}  loss {loss_value:.3f}  "
+                  + "  ".join(f"{k} {v:.2f}" for k, v in rates.items()), flush=True)
+    model.eval()
+    model.save_pretrained(staging)
+    save_tokenizer(tokenizer, staging)
+    (staging / "warm_start.json").write_text(json.dumps({"steps": steps, "final_loss": loss_value}), encoding="utf-8")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    print(f"  model ready in {time.perf_counter() - started:.0f}s (warm-start loss {loss_value:.3f})", flush=True)
+    return target
