@@ -94,8 +94,11 @@ def lookup(key: str) -> str:
 # -- the warm start's conversations -----------------------------------------------------------------
 
 
-def _call(key: str, call_id: str) -> dict[str, Any]:
-    arguments = json.dumps({"key": key}, separators=(",", ":"))
+def _call(key: str, call_id: str, rendered: bool = False) -> dict[str, Any]:
+    """A call as the policy writes it (compact JSON), or, ``rendered``, as a fresh render of the
+    conversation shows it: the runtime's message carries the parsed arguments, which the template
+    writes with ``tojson`` (``{"key": "w"}``). A compacted segment's prompt is such a render."""
+    arguments: Any = {"key": key} if rendered else json.dumps({"key": key}, separators=(",", ":"))
     return {"role": "assistant", "content": None,
             "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "lookup", "arguments": arguments}}]}
 
@@ -114,9 +117,9 @@ def _answer(rng: random.Random, first: str) -> str:
 
 def traces(rng: random.Random, size: int) -> list[tuple[list[dict[str, Any]], tuple[int, ...]]]:
     """Conversations and which of their assistant turns carry loss: the first part as the policy
-    sees it (call, full result, second call: both calls), and the compacted view it answers in (the
-    first call, whose context is the same, and the answer; not the second call, which the policy
-    writes before the compaction)."""
+    sees it (call, full result, second call: both calls), and the compacted view it answers in, as
+    the new segment's fresh render shows it (the answer only: the calls there are the template's
+    rendering, not what the policy writes)."""
     out = []
     for i in range(size):
         key = rng.choice(WORDS)
@@ -126,10 +129,10 @@ def traces(rng: random.Random, size: int) -> list[tuple[list[dict[str, Any]], tu
             messages = [question, _call(key, "call_0"), _result(key, "call_0"), _call(first, "call_1")]
             out.append((messages, (0, 1)))
         else:
-            messages = [question, _call(key, "call_0"), _result(key, "call_0", compacted=True), _call(first, "call_1"),
-                        _result(first, "call_1"),
+            messages = [question, _call(key, "call_0", rendered=True), _result(key, "call_0", compacted=True),
+                        _call(first, "call_1", rendered=True), _result(first, "call_1"),
                         {"role": "assistant", "content": f"<answer>{_answer(rng, first)}</answer>"}]
-            out.append((messages, (0, 2)))
+            out.append((messages, (2,)))
     return out
 
 
