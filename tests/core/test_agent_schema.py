@@ -22,6 +22,7 @@ from aworld_core.errors import ConfigError, UsageError
 from aworld_core.plugins import get_plugin_manager
 from aworld_core.settings import AworldSettings
 from aworld_core.trainer import agent_section
+from aworld_core.validation import AGENT_SAMPLING
 from support.fake_dists import run_cli
 
 ROWS = [{"question": "What is 2+3?", "answer": "5"}]
@@ -83,6 +84,11 @@ def test_every_agent_config_field_travels_from_agent_to_worker(tmp_path: Path):
         choices = typing.get_args(info.annotation) if typing.get_origin(info.annotation) is typing.Literal else ()
         if len(choices) != 1:  # llm_provider has one allowed value
             assert values[name] != info.get_default(call_default_factory=True), name
+    # training samples with rollout.sampling (one owner): the agent's own sampling is refused there
+    agent = Agent("solver", system_prompt="Answer after ####.", conf=AgentConfig(**values))
+    with pytest.raises(ConfigError, match="rollout.sampling"):
+        AgentTrainer(agent=agent, config=_config(tmp_path), reward_func="gsm8k", train_dataset=ROWS).plan()
+    values = {**values, **{name: AgentConfig.model_fields[name].default for name in AGENT_SAMPLING}}
     agent = Agent("solver", system_prompt="Answer after ####.", conf=AgentConfig(**values))
     trainer = AgentTrainer(agent=agent, config=_config(tmp_path), reward_func="gsm8k", train_dataset=ROWS)
     plan = trainer.plan()
