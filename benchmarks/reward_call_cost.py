@@ -52,7 +52,10 @@ def _direct(name: str, manager: PluginManager, base_dir: str) -> float:
 
 
 def main() -> None:
+    import aworld_trl.plugin
+
     manager = PluginManager(load_entry_points=False)
+    manager.register(aworld_trl.plugin, name="trl")  # TRL's reward convention is aworld-trl's
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "trl_reward.py").write_text(TRL)
         Path(tmp, "traj_reward.py").write_text(TRAJ)

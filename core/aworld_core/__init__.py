@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "Capabilities": "aworld_core.specs",
     "EnvironmentSpec": "aworld_core.specs",
     "RewardSpec": "aworld_core.specs",
+    "RewardConvention": "aworld_core.specs",
     "DatasetSpec": "aworld_core.specs",
     "Episode": "aworld_core.schemas",
     "EpisodeStatus": "aworld_core.schemas",

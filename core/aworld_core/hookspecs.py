@@ -13,7 +13,7 @@ and calls (its planner, its launcher, its SFT planner, its capabilities); no plu
 Phases, in the order the core calls them:
 
 1. **Registration**: ``register_backends``, ``register_environments``, ``register_rewards``,
-   ``register_datasets``. Called once per process when the catalog is first needed
+   ``register_reward_conventions``, ``register_datasets``. Called once per process when the catalog is first needed
    (``--list``, selecting a backend, resolving a reward). Every plugin's answer is kept.
 2. **Build**: ``build_agents``. Called by ``AgentTrainer``, the CLI and backend workers in
    other processes to get the agent (or swarm) a job trains.
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from aworld_core.config import JobConfig
     from aworld_core.schemas import Episode, RolloutContext, Sample
     from aworld_core.settings import AworldSettings
-    from aworld_core.specs import Backend, DatasetSpec, EnvironmentSpec, RewardSpec
+    from aworld_core.specs import Backend, DatasetSpec, EnvironmentSpec, RewardConvention, RewardSpec
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,6 +96,17 @@ def register_rewards() -> list[RewardSpec]:
     :returns: a list of :class:`~aworld_core.specs.RewardSpec`. A job selects one by name
     (``reward: {name: gsm8k}``); the core computes it through ``compute_reward``.
     Called: once per process, when the catalog is first built.
+    """
+
+
+@hookspec
+def register_reward_conventions() -> list[RewardConvention]:
+    """Declare ways of calling a reward function beyond the core's plain and trajectory-aware ones.
+
+    :returns: a list of :class:`~aworld_core.specs.RewardConvention`. A reward whose function one
+    of them :meth:`~aworld_core.specs.RewardConvention.claims` is called in it on every backend
+    (aworld-trl registers TRL's ``(completions, **kwargs) -> list[float]``).
+    Called: once per process, when the catalog is first built; claims are asked once per reward.
     """
 
 

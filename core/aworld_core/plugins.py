@@ -30,7 +30,7 @@ import pluggy
 from aworld_core import hookspecs
 from aworld_core.aio import maybe_await as maybe_await  # re-export: plugins import it from here
 from aworld_core.errors import PluginConflictError, UnknownBackendError, UnknownHookError
-from aworld_core.specs import Backend, DatasetSpec, EnvironmentSpec, RewardSpec
+from aworld_core.specs import Backend, DatasetSpec, EnvironmentSpec, RewardConvention, RewardSpec
 
 # the core's own plugins, registered by module name (imported when a manager is built)
 DEFAULT_PLUGINS: tuple[str, ...] = ("aworld_core.builtin",)
@@ -134,7 +134,8 @@ class Provided:
 
 @dataclass
 class Catalog:
-    """Backends, environments, rewards and datasets, by name, with conflicts kept aside."""
+    """Backends, environments, rewards, reward conventions and datasets, by name, with conflicts kept
+    aside."""
 
     kinds: dict[str, dict[str, Provided]] = field(default_factory=dict)
     conflicts: dict[tuple[str, str], list[Provided]] = field(default_factory=dict)
@@ -172,6 +173,7 @@ _KINDS = {
     "backend": ("register_backends", Backend),
     "environment": ("register_environments", EnvironmentSpec),
     "reward": ("register_rewards", RewardSpec),
+    "reward_convention": ("register_reward_conventions", RewardConvention),
     "dataset": ("register_datasets", DatasetSpec),
 }
 

@@ -84,6 +84,11 @@ def print_listing(out: TextIO) -> None:
             out.write("  (none)\n")
         for name, item in items:
             out.write(f"  {name:<{name_w}} {item.distribution:<{dist_w}} {item.spec.description}\n")
+    conventions = sorted(catalog.items("reward_convention").items())
+    if conventions:  # beyond the core's plain and trajectory-aware ones
+        out.write("Reward conventions:\n")
+        for name, item in conventions:
+            out.write(f"  {name:<{name_w}} {item.distribution:<{dist_w}} {item.spec.signature}\n")
     if catalog.conflicts or manager.entry_point_conflicts:
         out.write("Conflicts (these names cannot be used until one provider is removed):\n")
         for conflict in manager.entry_point_conflicts:

@@ -1,4 +1,5 @@
-"""What a plugin declares it provides: backends, tool environments, rewards, datasets.
+"""What a plugin declares it provides: backends, tool environments, rewards, reward conventions,
+datasets.
 
 Plugins return these from the ``register_*`` hooks; the core collects them into a catalog
 (``aworld_core.plugins``) tagged with the distribution that provided each one. Each carries its
@@ -205,6 +206,47 @@ class RewardSpec:
     description: str
     func: Callable[..., Any] | str
     trajectory_aware: bool = False
+
+
+class RewardConvention:
+    """How one kind of reward function is called: which functions are written in it, the keywords
+    it gets for one episode, and how its answer becomes the episode's value.
+
+    The core ships the plain ``(data_source, solution_str, ground_truth, extra_info)`` and the
+    trajectory-aware ``(episode, sample)`` conventions; a plugin registers others
+    (``register_reward_conventions``; aworld-trl registers TRL's ``(completions, **kwargs)``).
+    Which convention a function uses is decided once, when its reward is resolved: a function
+    not flagged trajectory-aware is offered to the registered conventions' :meth:`claims` (from
+    its signature's parameters), and is plain when none claims it. Scoring then calls
+    :meth:`keywords` and :meth:`value` per episode and never inspects the function again.
+    """
+
+    #: its name in the catalog (``--list``) and in messages
+    name = ""
+    #: the keywords it calls with, as messages show them
+    signature = ""
+    #: pass a function without ``**kwargs`` only the keywords it declares (TRL passes every dataset
+    #: column; a function names the ones it reads)
+    declared_only = False
+
+    def claims(self, parameters: Mapping[str, Any]) -> bool:
+        """Whether a function with these parameters (``inspect.Signature.parameters``; empty when
+        it has no signature) is written in this convention. Asked once per resolved reward."""
+        return False
+
+    def keywords(self, episode: Any, sample: Any) -> dict[str, Any]:
+        """What the function is called with for one finished episode and its dataset row."""
+        raise NotImplementedError
+
+    def value(self, reward: Any, raw: Any) -> Any:
+        """The reward's value from what the function returned (an awaitable stays one)."""
+        return raw
+
+    def checked_keywords(self, reward: Any, keywords: dict[str, Any]) -> dict[str, Any]:
+        """The keywords a check before the run binds to the function (``keywords`` for an
+        example episode): a convention whose keywords vary by dataset narrows them to those every
+        call has, and may raise ``UsageError`` with its own fix."""
+        return keywords
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ BAD_JOBS: dict[str, tuple[Any, str]] = {
     ),
     "GRPOConfig key": (lambda t: {"backends": {"trl": {"learnig_rate": 1e-5}}}, r"'learnig_rate' \(did you mean learning_rate"),
     "reward signature": (lambda t: {"reward": {"name": _write(t, "bad_reward.py", BAD_SIGNATURE) + ":reward"}},
-                         r"has signature reward\(text\).*TRL-style reward takes completions"),
+                         r"has signature reward\(text\).*TRL.s \(completions, \*\*kwargs\) from aworld-trl"),
     "TRL reward needing a column": (
         lambda t: {"reward": {"name": _write(t, "trl_col.py", TRL_NEEDS_COLUMN) + ":reward"}},
         r"looks like a TRL reward function .* requires \['solution'\].*add \*\*kwargs",

@@ -345,14 +345,28 @@ class TrlPlugin:
                 RewardSpec("trl_two", "TRL-style, a batch of two for one", _trl_two_values)]
 
 
-async def test_each_convention_is_an_adapter_chosen_at_resolution(manager: PluginManager) -> None:
-    from aworld_core.rewards.conventions import PLAIN, TRAJECTORY, TRL
+def test_a_convention_a_plugin_registers_applies_only_while_it_is_installed(manager: PluginManager) -> None:
+    from aworld_core.rewards.conventions import PLAIN
 
     manager.register(TrlPlugin(), name="trl-rewards")
+    # without aworld-trl no convention claims (completions, **kwargs): plain, and the check says why
+    reward = resolve_reward("trl_column", plugin_manager=manager)
+    assert reward.convention is PLAIN
+    with pytest.raises(UsageError, match="applies only while that plugin is installed"):
+        reward.check()
+
+
+async def test_each_convention_is_an_adapter_chosen_at_resolution(manager: PluginManager) -> None:
+    import aworld_trl.plugin
+    from aworld_core.rewards.conventions import PLAIN, TRAJECTORY
+    from aworld_trl.rewards import TRL
+
+    manager.register(TrlPlugin(), name="trl-rewards")
+    manager.register(aworld_trl.plugin, name="trl")  # TRL's convention is aworld-trl's registration
     assert resolve_reward("gsm8k", plugin_manager=manager).convention is PLAIN
     assert resolve_reward("steps", plugin_manager=manager).convention is TRAJECTORY
     trl = resolve_reward("trl_column", plugin_manager=manager)
-    assert trl.convention is TRL and trl.trl_style and not trl.trajectory_aware
+    assert trl.convention is TRL and not trl.trajectory_aware
     sample = SAMPLE.model_copy(update={"extra_info": {"bonus": 0.5, "not an identifier": 1}})
     episode = _episode()
     episode.messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "#### 72"}]

@@ -1,10 +1,10 @@
-"""The three ways a reward function is called, and the reward object that calls it.
+"""The core's two reward calling conventions, and the reward object that calls a function.
 
-A reward function is written in one of three conventions: the seed's plain
+A reward function is written in a convention: the seed's plain
 ``(data_source, solution_str, ground_truth, extra_info)``, trajectory-aware ``(episode, sample)``,
-or TRL's ``(prompts, completions, ..., **kwargs) -> list[float]``. Which one a function uses is
-decided once, when the reward is resolved (:meth:`Reward.of`), and kept as a
-:class:`Convention` adapter: the per-episode call then only builds its keywords and checks them
+or one a plugin registers (aworld-trl: TRL's ``(prompts, completions, ..., **kwargs) ->
+list[float]``). Which one a function uses is decided once, when the reward is resolved
+(:meth:`Reward.of`), and kept as a :class:`~aworld_core.specs.RewardConvention` adapter: the per-episode call then only builds its keywords and checks them
 against names read from the signature at resolution, so scoring an episode never inspects the
 function again.
 """
@@ -12,17 +12,18 @@ function again.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import Episode, Sample
+from aworld_core.specs import RewardConvention
+
+Convention = RewardConvention  # the adapter's name here
 
 PLAIN_SIGNATURE = "(data_source, solution_str, ground_truth, extra_info)"
 TRAJECTORY_SIGNATURE = "(episode, sample)"
-TRL_SIGNATURE = "(prompts, completions, completion_ids, ground_truth, data_source, extra_info, <extra_info keys>, **kwargs)"
-TRL_FIXED = ("prompts", "completions", "completion_ids", "ground_truth", "data_source", "extra_info", "trainer_state")
 
 
 def solution_text(episode: Episode) -> str:
@@ -54,20 +55,6 @@ def _content_text(content: Any) -> str:
     return str(content)
 
 
-class Convention:
-    """How one kind of reward function is called: its keywords, and how its answer becomes a value."""
-
-    name = ""
-    signature = ""
-
-    def keywords(self, episode: Episode, sample: Sample) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def value(self, reward: Reward, raw: Any) -> Any:
-        """The reward's value from what the function returned (an awaitable stays one)."""
-        return raw
-
-
 class PlainConvention(Convention):
     """The seed's (and verl's) ``(data_source, solution_str, ground_truth, extra_info)``."""
 
@@ -93,66 +80,8 @@ class TrajectoryConvention(Convention):
         return {"episode": episode, "sample": sample}
 
 
-class TrlConvention(Convention):
-    """TRL's reward functions, called with a batch of one as TRL calls them for a conversational
-    dataset: ``prompts`` the prompt messages, ``completions`` the messages the episode added after
-    them (assistant turns, tool calls and tool results; the final answer is the last assistant
-    one), ``completion_ids`` the sampled token ids when the episode kept them, and every dataset
-    column: ``ground_truth``, ``data_source``, ``extra_info`` and each ``extra_info`` key on its own.
-    The function returns a list of one number."""
-
-    name = "trl"
-    signature = TRL_SIGNATURE
-
-    def keywords(self, episode: Episode, sample: Sample) -> dict[str, Any]:
-        prompt = [dict(m) for m in sample.prompt]
-        messages = [dict(m) for m in episode.messages]
-        completion = messages[len(prompt):] if messages[: len(prompt)] == prompt else [
-            m for m in messages if m.get("role") not in ("system", "user")
-        ]
-        if not completion:
-            completion = [{"role": "assistant", "content": solution_text(episode)}]
-        ids: list[int] = []
-        for step in episode.steps:
-            data = step.exp_data.llm_call.token_data if step.exp_data.llm_call is not None else None
-            if data is not None:
-                ids.extend(data.response_ids)
-        columns = {k: v for k, v in sample.extra_info.items() if isinstance(k, str) and k.isidentifier()}
-        keywords: dict[str, Any] = {key: [value] for key, value in columns.items()}
-        keywords.update({
-            "prompts": [prompt],
-            "completions": [completion],
-            "completion_ids": [ids],
-            "ground_truth": [sample.ground_truth],
-            "data_source": [sample.data_source],
-            "extra_info": [dict(sample.extra_info)],
-            "trainer_state": None,
-        })
-        return keywords
-
-    def value(self, reward: Reward, raw: Any) -> Any:
-        if inspect.isawaitable(raw):
-            return _awaited_trl_value(reward, raw)
-        return _trl_value(reward, raw)
-
-
-def _trl_value(reward: Reward, value: Any) -> Any:
-    """The one number a TRL-style reward returned for its batch of one."""
-    if isinstance(value, (list, tuple)) and len(value) == 1:
-        return value[0]
-    raise ValueError(
-        f"reward '{reward.name}' is a TRL-style reward (it takes completions), called with a batch of one "
-        f"completion; it must return a list of one number, got {value!r}"
-    )
-
-
-async def _awaited_trl_value(reward: Reward, value: Any) -> Any:
-    return _trl_value(reward, await value)
-
-
 PLAIN = PlainConvention()
 TRAJECTORY = TrajectoryConvention()
-TRL = TrlConvention()
 
 _KEYWORD_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
@@ -164,19 +93,22 @@ def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
         return None
 
 
-def convention_of(func: Callable[..., Any], trajectory_aware: bool | None) -> Convention:
+def convention_of(func: Callable[..., Any], trajectory_aware: bool | None,
+                  conventions: Sequence[Convention] = ()) -> Convention:
     """The convention ``func`` is written in. ``trajectory_aware`` (from the job or the spec) wins;
     unflagged, a function taking ``episode`` and no ``solution_str`` is trajectory-aware. A
-    function that is not trajectory-aware and takes ``completions`` (and neither ``solution_str``
-    nor ``episode``) is a TRL reward function."""
+    function that is not trajectory-aware is the first of the plugins' ``conventions`` that claims
+    it, else plain (a function taking ``solution_str`` is always plain)."""
     signature = _signature(func)
     params = signature.parameters if signature is not None else {}
     if trajectory_aware is None:
         trajectory_aware = "episode" in params and "solution_str" not in params
     if trajectory_aware:
         return TRAJECTORY
-    if "completions" in params and "solution_str" not in params and "episode" not in params:
-        return TRL
+    if "solution_str" not in params:
+        for convention in conventions:
+            if convention.claims(params):
+                return convention
     return PLAIN
 
 
@@ -200,11 +132,13 @@ class Reward:
     _bind_each_call: bool = field(default=False, repr=False)
 
     @classmethod
-    def of(cls, name: str, func: Callable[..., Any], trajectory_aware: bool | None, source: str) -> Reward:
-        """Resolve ``func``'s convention and read its signature, once."""
+    def of(cls, name: str, func: Callable[..., Any], trajectory_aware: bool | None, source: str,
+           conventions: Sequence[Convention] = ()) -> Reward:
+        """Resolve ``func``'s convention (among the core's and the plugins' ``conventions``) and
+        read its signature, once."""
         if not callable(func):
             raise UsageError(f"reward '{name}' resolves to {func!r}, which is not callable")
-        convention = convention_of(func, trajectory_aware)
+        convention = convention_of(func, trajectory_aware, conventions)
         signature = _signature(func)
         accepts: frozenset[str] | None = None
         required: frozenset[str] = frozenset()
@@ -220,16 +154,22 @@ class Reward:
                    bind_each_call)
 
     @property
-    def trl_style(self) -> bool:
-        return self.convention is TRL
+    def accepts(self) -> frozenset[str] | None:
+        """The keywords the function takes (None: anything, it has ``**kwargs``)."""
+        return self._accepts
+
+    @property
+    def required(self) -> frozenset[str]:
+        """The keywords the function cannot do without."""
+        return self._required
 
     def keywords(self, episode: Episode, sample: Sample) -> dict[str, Any]:
         """The keywords the function is called with for one episode, checked against its signature.
 
-        A TRL-style function without ``**kwargs`` gets only the names it declares (TRL passes every
-        dataset column; a function names the ones it reads)."""
+        Under a ``declared_only`` convention a function without ``**kwargs`` gets only the names
+        it declares."""
         kwargs = self.convention.keywords(episode, sample)
-        if self.convention is TRL and self._accepts is not None:
+        if self.convention.declared_only and self._accepts is not None:
             kwargs = {k: v for k, v in kwargs.items() if k in self._accepts}
         self._check(kwargs)
         return kwargs
@@ -247,19 +187,7 @@ class Reward:
         called with: what a run would find at its first scored episode, found before it starts."""
         episode = Episode(task_id="check", agent_id="check")
         sample = Sample(id="check", prompt=[{"role": "user", "content": "?"}])
-        kwargs = self.convention.keywords(episode, sample)
-        if self.convention is TRL:  # the dataset's own columns vary: only TRL's fixed names are required
-            kwargs = {k: kwargs[k] for k in TRL_FIXED}
-            if self._accepts is not None:
-                kwargs = {k: v for k, v in kwargs.items() if k in self._accepts}
-                missing = sorted(self._required - kwargs.keys())
-                if missing:
-                    raise UsageError(
-                        f"reward '{self.name}' ({self.source}) looks like a TRL reward function (it takes "
-                        f"completions) but also requires {missing}, which the core does not pass; TRL-style "
-                        f"rewards get {TRL_SIGNATURE}: add **kwargs and read dataset columns from it (or "
-                        f"extra_info)"
-                    )
+        kwargs = self.convention.checked_keywords(self, self.convention.keywords(episode, sample))
         self._check(kwargs)
 
     def _check(self, kwargs: dict[str, Any]) -> None:
@@ -276,6 +204,6 @@ class Reward:
                 f"reward '{self.name}' ({self.source}) has signature "
                 f"{getattr(self.func, '__name__', type(self.func).__name__)}{self._signature}, but is called "
                 f"with keywords {self.convention.signature}: {exc}. Rename its parameters, or set "
-                f"reward.{other} if it is the other kind (a TRL-style reward takes completions and "
-                f"**kwargs and returns a list of floats)"
+                f"reward.{other} if it is the other kind; a convention a plugin registers (aworld --list), such as "
+                f"TRL's (completions, **kwargs) from aworld-trl, applies only while that plugin is installed"
             ) from None

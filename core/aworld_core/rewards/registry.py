@@ -27,7 +27,6 @@ from aworld_core.plugins import DEFAULT_PLUGINS, get_plugin_manager
 from aworld_core.rewards.conventions import (
     PLAIN_SIGNATURE,
     TRAJECTORY_SIGNATURE,
-    TRL_SIGNATURE,
     Reward,
     solution_text,
 )
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
     from aworld_core.plugins import Catalog, PluginManager
 
 __all__ = [
-    "PLAIN_SIGNATURE", "TRAJECTORY_SIGNATURE", "TRL_SIGNATURE", "Reward", "RewardStats", "check_reward_signature",
+    "PLAIN_SIGNATURE", "TRAJECTORY_SIGNATURE", "Reward", "RewardStats", "check_reward_signature",
     "compute_named_reward", "get_reward_stats", "resolve_reward", "score_episode", "solution_text",
     "validate_reward_value",
 ]
@@ -95,14 +94,15 @@ def resolve_reward(
 
 
 def _resolve(name: str, base_dir: str | None, trajectory_aware: bool | None, catalog: Catalog) -> Reward:
+    conventions = [provided.spec for provided in catalog.items("reward_convention").values()]
     provided = catalog.get("reward", name)
     if provided is not None:
         spec = provided.spec
         func = import_ref(spec.func, base_dir) if isinstance(spec.func, str) else spec.func
         aware = spec.trajectory_aware if trajectory_aware is None else trajectory_aware
-        return Reward.of(name, func, aware, f"plugin '{provided.plugin}' ({provided.distribution})")
+        return Reward.of(name, func, aware, f"plugin '{provided.plugin}' ({provided.distribution})", conventions)
     if is_ref(name):
-        return Reward.of(name, import_ref(name, base_dir), trajectory_aware, "import reference")
+        return Reward.of(name, import_ref(name, base_dir), trajectory_aware, "import reference", conventions)
     registered = ", ".join(sorted(catalog.items("reward"))) or "none"
     if name in PLUGIN_REWARDS:
         raise UsageError(

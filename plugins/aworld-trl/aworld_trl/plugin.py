@@ -1,4 +1,5 @@
-"""aworld-trl's registration: the ``trl`` backend (the default when installed), one object."""
+"""aworld-trl's registration: the ``trl`` backend (the default when installed), one object, and
+TRL's reward calling convention (``aworld_trl.rewards``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import yaml
 
 from aworld_core.hookspecs import hookimpl
 from aworld_core.schemas import LaunchPlan
-from aworld_core.specs import SAMPLING_FIELDS, Backend, Capabilities
+from aworld_core.specs import SAMPLING_FIELDS, Backend, Capabilities, RewardConvention
 
 NAME = "trl"
 JOB_FILE = "job.yaml"
@@ -31,6 +32,13 @@ def register_backends() -> list[Backend]:
             ),
         )
     ]
+
+
+@hookimpl
+def register_reward_conventions() -> list[RewardConvention]:
+    from aworld_trl.rewards import TRL
+
+    return [TRL]
 
 
 def plan(job: Any, output_dir: Path) -> LaunchPlan:
