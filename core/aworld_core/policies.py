@@ -238,17 +238,6 @@ def check_agent_mapping(agent: Any, job: Any) -> None:
             )
 
 
-def backend_trains_several_policies(spec: Any) -> bool:
-    """Whether a backend declares it trains several policies in one run.
-
-    Read from its declared capabilities (``spec.capabilities.multi_policy``) when the spec carries
-    them, else from a ``multi_policy`` attribute of the spec; a backend that says nothing does not."""
-    capabilities = getattr(spec, "capabilities", None)
-    if capabilities is not None and hasattr(capabilities, "multi_policy"):
-        return bool(capabilities.multi_policy)
-    return bool(getattr(spec, "multi_policy", False))
-
-
 def check_policy_backend(backend: str, job: Any) -> None:
     """``UsageError`` naming the backend when the job has policies and the backend does not declare
     that it trains several (its workers would sample every agent from one model)."""
@@ -256,8 +245,7 @@ def check_policy_backend(backend: str, job: Any) -> None:
         return
     from aworld_core.plugins import get_plugin_manager
 
-    spec = get_plugin_manager().catalog().backend(backend)
-    if backend_trains_several_policies(spec):
+    if get_plugin_manager().catalog().backend(backend).capabilities.multi_policy:
         return
     trained = trained_policies(job)
     raise UsageError(

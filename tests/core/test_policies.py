@@ -15,7 +15,6 @@ from aworld_core import Agent, Swarm
 from aworld_core.config import load_job_config
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.policies import (
-    backend_trains_several_policies,
     check_agent_mapping,
     trained_policies,
 )
@@ -117,20 +116,6 @@ def test_agent_mapping_against_the_swarm():
         check_agent_mapping(Agent("other"), lone)
 
 
-def test_capability_is_read_from_the_spec():
-    class Caps:
-        multi_policy = True
-
-    class WithCaps:
-        capabilities = Caps()
-
-    class Old:
-        pass
-
-    assert backend_trains_several_policies(WithCaps())
-    assert not backend_trains_several_policies(Old())
-
-
 # -- the CLI: a dry-run refuses what a run refuses ----------------------------------------------
 
 
@@ -153,7 +138,7 @@ def _write_job(tmp_path: Path, **changes: Any) -> Path:
 def _backend_multi_policy(backend: str) -> bool:
     from aworld_core.plugins import get_plugin_manager
 
-    return backend_trains_several_policies(get_plugin_manager().catalog().backend(backend))
+    return get_plugin_manager().catalog().backend(backend).capabilities.multi_policy
 
 
 @pytest.mark.parametrize("backend", ["verl", "areal", "swift"])
