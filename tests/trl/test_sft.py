@@ -81,7 +81,7 @@ def _losses(out: Path) -> tuple[list[float], list[float]]:
 
 @pytest.mark.parametrize("form", ["tokens", "messages"])
 def test_sft_trains_on_cpu_and_loss_decreases(episode_files, tmp_path, form):
-    from aworld_trl.trainer import train
+    from aworld_trl.sft import train
 
     out = tmp_path / form
     result = train(_job(episode_files, out, form), str(out))
@@ -119,8 +119,7 @@ def test_trl_labels_are_exactly_the_sampled_ids(episode_files, tmp_path):
 
 
 def test_refusals(episode_files, tmp_path):
-    from aworld_trl.sft import SftRun
-    from aworld_trl.trainer import train
+    from aworld_trl.sft import SftRun, train
 
     # the messages form needs {% generation %} marks (the tiny model's own template has none)
     job = _job(episode_files, tmp_path, "messages").model_copy(update={"model": None})
@@ -146,7 +145,7 @@ def test_cli_dry_run_plans_sft_and_refuses_missing_files(episode_files, tmp_path
     config.write_text(yaml.safe_dump(job))
     assert main(["--config", str(config), "--dry-run"]) == 0
     printed = capsys.readouterr().out
-    assert "aworld_trl.trainer:train" in printed and "sft_config" in printed
+    assert "aworld_trl.sft:train" in printed and "sft_config" in printed
     assert main(["--config", str(config), "--dry-run", "sft.train=missing.jsonl"]) == 2
     assert "sft.train" in capsys.readouterr().err
 

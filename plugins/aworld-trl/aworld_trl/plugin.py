@@ -23,7 +23,9 @@ def register_backends() -> list[Backend]:
             NAME,
             "TRL GRPO in this process, with AWorld rollouts (CPU or one GPU)",
             planner=plan,
+            launcher=launch,
             sft_planner=plan_sft,
+            sft_launcher=launch,
             framework="trl",
             install_hint="pip install aworld-trl",
             capabilities=Capabilities(
@@ -55,16 +57,27 @@ def plan_sft(job: Any, output_dir: Path) -> LaunchPlan:
     from aworld_trl.sft import check_sft_section
 
     check_sft_section(job)
-    return _plan(job, output_dir, {"sft_config": job.backend_section(NAME)})
+    return _plan(job, output_dir, {"sft_config": job.backend_section(NAME)}, "aworld_trl.sft:train")
 
 
-def _plan(job: Any, output_dir: Path, config: dict[str, Any]) -> LaunchPlan:
+def launch(job: Any, plan: LaunchPlan) -> Any:
+    """Run the plan in this process with the job the core parsed and validated: the entry point
+    gets that object, not the plan's dump of it parsed again (the dump stays the plan's record,
+    ``job.yaml`` and what ``--dry-run`` prints, and what a caller of the entry point passes)."""
+    from aworld_core.launch import execute_plan
+
+    kwargs = {**plan.entrypoint_kwargs, "job": job}
+    return execute_plan(plan.model_copy(update={"entrypoint_kwargs": kwargs}), Path(kwargs["output_dir"]))
+
+
+def _plan(job: Any, output_dir: Path, config: dict[str, Any],
+          entrypoint: str = "aworld_trl.trainer:train") -> LaunchPlan:
     from aworld_core.secrets import public_job_dump
 
     job_data = public_job_dump(job)  # secrets as {"env": NAME}: the launch exports them first
     return LaunchPlan(
         backend=NAME,
-        entrypoint="aworld_trl.trainer:train",
+        entrypoint=entrypoint,
         entrypoint_kwargs={"job": job_data, "output_dir": str(output_dir)},
         files={JOB_FILE: yaml.safe_dump(job_data, sort_keys=False)},
         config=config,

@@ -26,10 +26,9 @@ from typing import Any
 from aworld_core.errors import AworldError, UsageError
 from aworld_core.schemas import Sample, SamplingParams
 from aworld_core.worker import step_metrics
-from aworld_trl.segments import SEGMENTS_FIELD, segment_plans
+from aworld_trl.segments import REWARD_FIELD, SEGMENTS_FIELD, segment_plans
 
 SAMPLE_ID = "aworld_sample_id"  # the dataset column that names each row's Sample
-REWARD_FIELD = "aworld_reward"  # the extra field carrying the core's reward to TRL's reward function
 EPISODE_FIELD = "aworld_episode_id"
 VERSIONS_FIELD = "aworld_versions"  # per response token: the policy version that sampled it (-1: not sampled)
 

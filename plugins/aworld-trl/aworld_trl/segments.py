@@ -35,6 +35,7 @@ from aworld_core.errors import AworldError
 from aworld_core.worker import check_token_mean, episode_segments
 
 SEGMENTS_FIELD = "aworld_segments"  # per TRL row: the episode's later segments and segment rewards
+REWARD_FIELD = "aworld_reward"  # the extra field carrying the core's reward to TRL's reward function (rollout's)
 TOKEN_MEAN_LOSSES = ("dapo", "bnpo", "cispo")  # TRL loss types that normalize over the batch's sampled tokens
 _KEYS = ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "response_versions")
 
@@ -97,8 +98,6 @@ def add_segment_rows(trainer: Any, output: dict[str, Any], inputs: list[dict[str
     multi = any(p and p["later"] for p in plans)
     check_token_mean(str(trainer.loss_type), token_mean=TOKEN_MEAN_LOSSES, multi_segment=multi,
                      setting="backends.trl.loss_type")
-    from aworld_trl.rollout import REWARD_FIELD
-
     advantages = output["advantages"].clone()
     episode_adv = output["advantages"].tolist()
     scales = None

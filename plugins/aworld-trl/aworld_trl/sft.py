@@ -39,6 +39,19 @@ GENERATION_MARK = re.compile(r"{%-?\s*generation\s*-?%}")
 DEFAULT_EVAL_MAX_TOKENS = 128  # per reply in the held-out evaluation when agent.max_tokens is unset
 
 
+def train(job: Any, output_dir: str) -> TrainResult:
+    """Run the job's SFT (``sft:``) with TRL's ``SFTTrainer``: the trl backend's SFT entry point.
+
+    ``job``: a ``JobConfig`` (what the backend's launcher passes), a dict, JSON text or a config
+    file (the kit's ``load_job``)."""
+    from aworld_core.worker import load_job
+
+    job = load_job(job)
+    if job.sft is None:
+        raise UsageError("this job has no sft: section; GRPO's entry point is aworld_trl.trainer:train")
+    return SftRun(job, Path(output_dir)).run()
+
+
 def check_sft_section(job: Any) -> Any:
     """Plan-time checks (no TRL import): our options, no parameter sharding, the files exist."""
     from aworld_trl.options import refuse_sharded_training, split_section

@@ -28,17 +28,17 @@ from aworld_core.schemas import TrainResult
 
 
 def train(job: Any, output_dir: str) -> TrainResult:
-    """Run the job's GRPO training (SFT when the job sets ``sft:``) on TRL; returns what it
-    measured and wrote.
+    """Run the job's GRPO training on TRL; returns what it measured and wrote. (A job with
+    ``sft:`` is ``aworld_trl.sft:train``'s, the SFT plan's entry point.)
 
-    ``job``: a ``JobConfig``, a dict, JSON text or a config file (the kit's ``load_job``)."""
+    ``job``: a ``JobConfig`` (what the backend's launcher passes: the job the core parsed), a
+    dict, JSON text or a config file (the kit's ``load_job``)."""
     from aworld_core.worker import load_job
 
     job = load_job(job)
-    if job.sft is not None:  # SFT on collected trajectories (aworld_trl.sft)
-        from aworld_trl.sft import SftRun
-
-        return SftRun(job, Path(output_dir)).run()
+    if job.sft is not None:
+        raise UsageError("this job sets sft: (supervised fine-tuning); its entry point is aworld_trl.sft:train, "
+                         "which the trl backend's SFT plan names (aworld_trl.trainer:train runs GRPO)")
     return TrlRun(job, Path(output_dir)).run()
 
 
