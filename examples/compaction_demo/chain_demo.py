@@ -195,7 +195,7 @@ def _copies(model: Any, tokenizer: Any) -> float:
 
     model.eval()
     copied = 0
-    for key in WORDS[::3]:
+    for key in WORDS[::2]:
         text = tokenizer.apply_chat_template([{"role": "user", "content": QUESTION.format(key=key)}], tokenize=False,
                                              add_generation_prompt=True)
         ids = tokenizer.encode(text, add_special_tokens=False)
@@ -204,11 +204,16 @@ def _copies(model: Any, tokenizer: Any) -> float:
                                  pad_token_id=tokenizer.pad_token_id)
         copied += f'"{key}"' in tokenizer.decode(out[0][len(ids):])
     model.train()
-    return copied / len(WORDS[::3])
+    return copied / len(WORDS[::2])
 
 
-def build_model(path: str, *, seed: int = 0, steps: int = 600, batch_size: int = 32, lr: float = 3e-3) -> Path:
-    """``model.build``: tokenizer, tiny Qwen2 and warm start at ``path`` (once per run directory)."""
+def build_model(path: str, *, seed: int = 0, min_steps: int = 400, max_steps: int = 1500, batch_size: int = 32,
+                lr: float = 3e-3) -> Path:
+    """``model.build``: tokenizer, tiny Qwen2 and warm start at ``path`` (once per run directory).
+
+    The warm start runs until the model copies every start key into its first call (greedy,
+    checked every 100 steps, at least ``min_steps``): when that skill appears varies from ~300 to
+    past 600 steps with the seed and the tokenizer, and a model without it never finds a reward."""
 
     import torch
     from transformers.utils import logging as hf_logging
@@ -233,11 +238,12 @@ def build_model(path: str, *, seed: int = 0, steps: int = 600, batch_size: int =
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     # constant after a short warmup: copying a word (an attention head that finds it) appears only
     # after a plateau, and a decaying rate delayed it past the end of a short warm start
-    warmup = max(1, steps // 40)
+    warmup = 15
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
     model.train()
     loss_value = 0.0
-    for step in range(steps):
+    step = 0
+    for step in range(max_steps):
         rows = [_labels(tokenizer, m, k) for m, k in traces(rng, batch_size)]
         ids, labels = [r[0] for r in rows], [r[1] for r in rows]
         total = sum(1 for row in labels for y in row[1:] if y != -100)
@@ -250,13 +256,15 @@ def build_model(path: str, *, seed: int = 0, steps: int = 600, batch_size: int =
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        if step % 100 == 0 or step == steps - 1:
-            print(f"  warm start step {step:4d}/{steps}  loss {loss_value:.3f}  key copied {_copies(model, tokenizer):.2f}",
-                  flush=True)
+        if step % 100 == 0 or step == max_steps - 1:
+            copied = _copies(model, tokenizer)
+            print(f"  warm start step {step:4d}  loss {loss_value:.3f}  key copied {copied:.2f}", flush=True)
+            if copied == 1.0 and step >= min_steps:
+                break
     model.eval()
     model.save_pretrained(staging)
     save_tokenizer(tokenizer, staging)
-    (staging / "warm_start.json").write_text(json.dumps({"steps": steps, "final_loss": loss_value}), encoding="utf-8")
+    (staging / "warm_start.json").write_text(json.dumps({"steps": step + 1, "final_loss": loss_value}), encoding="utf-8")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     print(f"  model ready in {time.perf_counter() - started:.0f}s (warm-start loss {loss_value:.3f})", flush=True)
