@@ -896,3 +896,31 @@ async def test_shutdown_pools_kills_a_hanging_reward_instead_of_waiting_for_it(t
     await asyncio.wait_for(task, 60)
     assert episode.reward is None and "BrokenProcessPool" in episode.reward_errors["hang_reward.py:hang"]
     assert scoring._POOLS == {}
+
+
+def test_the_kits_job_and_agent_caches_build_once_and_clear(tmp_path) -> None:
+    """The kit's jobs (per file and modification time) and agents (per plugin manager and job) are
+    WorkerCaches: built once per process, forgotten by clear_caches."""
+    from aworld_core.worker import build as kit
+
+    builds: list[str] = []
+
+    class Builder:
+        @hookimpl
+        def build_agents(self, job, settings):
+            builds.append(job.name)
+            return Agent("a", conf=AgentConfig(llm_base_url="http://127.0.0.1:9/v1", llm_model_name="m"))
+
+    manager = PluginManager(load_entry_points=False)
+    manager.register(Builder(), name="builder")
+    (tmp_path / "job.json").write_text(json.dumps({"name": "cached"}))
+    kit.clear_caches()
+    job = kit.load_job(str(tmp_path / "job.json"))
+    assert kit.load_job(str(tmp_path / "job.json")) is job and len(kit._jobs) == 1
+    first = kit.build_agent(job, settings=object(), manager=manager)
+    assert kit.build_agent(job, settings=object(), manager=manager) is first and builds == ["cached"]
+    assert kit.build_agent(job, settings=object(), manager=manager, cache=False) is not first
+    kit.clear_caches()
+    assert len(kit._jobs) == len(kit._agents) == 0
+    assert kit.build_agent(job, settings=object(), manager=manager) is not first and len(builds) == 3
+    kit.clear_caches()

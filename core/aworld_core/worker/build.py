@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 from aworld_core.config import JobConfig, load_job_config
 from aworld_core.errors import UsageError
+from aworld_core.worker.cache import WorkerCache
 
-_lock = threading.Lock()
-_jobs: dict[tuple[str, float], JobConfig] = {}
-_agents: dict[tuple[int, str], Any] = {}
+#: the job files this process read, by (path, modification time)
+_jobs: WorkerCache[JobConfig] = WorkerCache()
+#: the agents built, by (plugin manager, job): one serves every concurrent episode
+_agents: WorkerCache[Any] = WorkerCache()
 
 
 def load_job(job: str | Path | dict[str, Any] | JobConfig, *, setting: str | None = None) -> JobConfig:
@@ -50,13 +51,7 @@ def _load_job(job: str | Path | dict[str, Any] | JobConfig) -> JobConfig:
     file = Path(job)
     if not file.is_file():
         raise UsageError(f"job config file {str(job)!r} does not exist")
-    key = (str(file.resolve()), file.stat().st_mtime)
-    with _lock:
-        cached = _jobs.get(key)
-    if cached is None:
-        cached = load_job_config(file)
-        with _lock:
-            _jobs[key] = cached
+    cached = _jobs.get((str(file.resolve()), file.stat().st_mtime), lambda: load_job_config(file))
     if cached.base_dir and cached.base_dir not in sys.path:
         sys.path.append(cached.base_dir)
     return cached
@@ -75,12 +70,12 @@ def build_agent(job: JobConfig, *, settings: Any = None, manager: Any = None, ca
     from aworld_core.plugins import get_plugin_manager
 
     manager = manager or get_plugin_manager()
-    key = (id(manager), job_key(job))
-    if cache:
-        with _lock:
-            agent = _agents.get(key)
-        if agent is not None:
-            return agent
+    if not cache:
+        return _build_agent(job, settings, manager)
+    return _agents.get((id(manager), job_key(job)), lambda: _build_agent(job, settings, manager))
+
+
+def _build_agent(job: JobConfig, settings: Any, manager: Any) -> Any:
     if settings is None:
         from aworld_core.settings import get_settings
 
@@ -92,9 +87,6 @@ def build_agent(job: JobConfig, *, settings: Any = None, manager: Any = None, ca
             "'factory: module:function' returning an Agent or Swarm)"
         )
     check_agent(agent, "the build_agents hook")
-    if cache:
-        with _lock:
-            agent = _agents.setdefault(key, agent)
     return agent
 
 
@@ -197,6 +189,5 @@ def build_token_llm(
 
 def clear_caches() -> None:
     """Forget cached jobs and agents (tests; a worker that reloads its job)."""
-    with _lock:
-        _jobs.clear()
-        _agents.clear()
+    _jobs.close()
+    _agents.close()

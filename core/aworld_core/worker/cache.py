@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from aworld_core.errors import UsageError
-from aworld_core.worker.build import job_key, load_job
 
 S = TypeVar("S")
 
@@ -98,6 +97,8 @@ class WorkerCache(Generic[S]):
         ``build(parsed_job)`` on first use (``valid`` as in :meth:`get`). Jobs that are the same
         config share one state; JSON text as a framework passes it with every call is looked up
         as is, without parsing again."""
+        from aworld_core.worker.build import job_key, load_job  # build's own caches are WorkerCaches
+
         text = job if isinstance(job, str) and job.lstrip().startswith("{") else None
         with self._lock:
             key = self._aliases.get((text, options)) if text is not None else None
