@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aworld_core.agents.compaction import TRUNCATED  # the marker the core appends to a truncated result
+from aworld_core.agents import TRUNCATED  # the marker the core appends to a truncated result
 
 HERE = Path(__file__).resolve().parent
 WORDS = ("amber birch cedar delta ember fjord grove harbor islet jasper kestrel lagoon meadow nectar "
