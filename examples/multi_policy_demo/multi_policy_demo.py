@@ -288,7 +288,7 @@ def draw(reports: list[dict[str, Any]], path: Path) -> Path:
         ax.set_xlabel("step")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="best")
     fig.suptitle("multi-policy demo: each role's success rate while training (sampled episodes)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
