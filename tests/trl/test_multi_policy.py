@@ -145,6 +145,8 @@ def test_what_the_trl_path_cannot_train_is_refused(tmp_path, write_samples):
         "grpo loss": ({"trl": {"loss_type": "grpo"}}, "backends.trl.loss_type='grpo'"),
         "beta": ({"trl": {"beta": 0.04}}, "backends.trl.beta=0.04"),
         "lora beside": ({"trl": {"aworld": {"lora": {"r": 4}}}}, "backends.trl.aworld.lora: with policies"),
+        "checkpointing": ({"trl": {"gradient_checkpointing": True}}, "backends.trl.gradient_checkpointing"),
+        "checkpointing, new name": ({"trl": {"activation_checkpointing": True}}, "backends.trl.gradient_checkpointing"),
     }
     for name, (change, message) in cases.items():
         data = {**base, "backends": {"trl": {**base["backends"]["trl"]}}}
@@ -158,6 +160,14 @@ def test_what_the_trl_path_cannot_train_is_refused(tmp_path, write_samples):
         assert message in str(raised.value), (name, str(raised.value))
         if name != "use_vllm":
             assert isinstance(raised.value, ConfigError), name
+    # TRL's default (activation checkpointing on) cannot train several adapters: off unless asked for (refused)
+    options_ok = check_section(load_job_config(data=base))
+    assert options_ok is not None
+    from aworld_trl.options import grpo_config
+
+    args, _ = grpo_config(load_job_config(data=base), tmp_path / "out")
+    assert args.gradient_checkpointing is False
+    assert getattr(args, "activation_checkpointing", False) is False
 
 
 def _logprobs(model: Any, adapter: str | None, segment: Any) -> list[float]:
@@ -219,3 +229,69 @@ def test_resume_restores_every_policy(tmp_path, tool_model_dir, calculator, writ
     trained = _adapters(Path(resumed.artifacts["checkpoint"]))
     for policy in POLICIES:
         assert any(not torch.equal(v, trained[policy][k]) for k, v in saved[policy].items()), f"{policy} did not train"
+
+
+def _policy_objective(model: Any, batch: dict[str, Any], index: int) -> Any:
+    """sum over the batch's rows of policy ``index``: advantage x the log-probability of each trained
+    token (mask 1), under the model's active adapter; its gradient is the GRPO ascent direction of
+    TRL's loss at the first step (ratio 1, no clipping), up to a positive factor."""
+    import torch
+
+    total = torch.zeros(())
+    for r in (batch["aworld_policy"] == index).nonzero().squeeze(-1).tolist():
+        prompt, ids, mask = _row(batch, r)
+        logits = model(input_ids=torch.tensor([[*prompt, *ids]])).logits[0, len(prompt) - 1: -1].float()
+        logps = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+        total = total + float(batch["advantages"][r]) * (logps * torch.tensor(mask, dtype=logps.dtype)).sum()
+    return total
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", [POLICIES, POLICIES[::-1]], ids=["planner-first", "answerer-first"])
+def test_each_adapter_moves_up_its_own_objective(tmp_path, tool_model_dir, calculator, recorded, write_samples, order):
+    """After one step, each adapter moved along its own policy's GRPO ascent direction, whichever place
+    it has in ``policies``. LoRA's B starts at zero and Adam's first step is -lr x sign(gradient), so
+    each saved lora_B is the update: its signs must be those of the gradient of the policy's objective
+    (advantage x log p of its own rows' sampled tokens) taken with that adapter alone and no
+    activation checkpointing. (TRL's default gradient checkpointing recomputed the first policy's
+    forward during backward under the last adapter set, so its update pointed nowhere in particular:
+    the first-listed policy's reward fell while the second learned.)"""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from aworld_trl.trainer import train
+
+    policies = {p: {"lora": {"r": 4, "alpha": 16}} for p in order}
+    result = train(_job(tmp_path, tool_model_dir, calculator.mcp_config(), write_samples, policies=policies,
+                        max_steps=1, lr_scheduler_type="constant"), str(tmp_path / "run"))
+    batch = recorded[0]
+    checkpoint = Path(result.artifacts["checkpoint"])
+    for index, policy in enumerate(order):
+        assert (batch["aworld_policy"] == index).any() and batch["advantages"][batch["aworld_policy"] == index].abs().max() > 0
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(tool_model_dir)),
+                                          str(checkpoint / policy), adapter_name=policy, is_trainable=True)
+        model.train()
+        update = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
+        with torch.no_grad():  # the adapter as it was before the step (A is unchanged by it: B's zero kills its gradient)
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.zero_()
+        before = _policy_objective(model, batch, index)
+        before.backward()
+        agree = total = 0
+        for n, p in model.named_parameters():
+            if "lora_B" not in n:
+                continue
+            big = p.grad.abs() > 1e-3 * p.grad.abs().max()  # Adam's update of a near-zero gradient is near zero
+            agree += int((torch.sign(update[n][big]) == torch.sign(p.grad[big])).sum())
+            total += int(big.sum())
+        assert total > 0
+        assert agree / total > 0.95, f"{policy} (policies' #{index + 1}): its update follows its own ascent direction " \
+                                     f"on only {agree}/{total} weights"
+        with torch.no_grad():  # and its objective rose
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.copy_(update[n])
+            after = _policy_objective(model, batch, index)
+        assert float(after) > float(before), f"{policy}: objective {float(before):.4f} -> {float(after):.4f}"

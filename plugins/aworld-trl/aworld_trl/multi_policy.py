@@ -22,6 +22,11 @@ episodes. How, on TRL's own ``GRPOTrainer``:
   on that policy's rows with its adapter active (``PeftModel.set_adapter``) and sums them. With TRL's
   token-mean losses (``dapo``, ``cispo``: normalized by the batch's sampled tokens) the sum is
   exactly the loss of the whole batch, so each sampled token weighs the same whichever policy it is.
+  **No activation checkpointing** (TRL turns it on by default; :func:`config_defaults` turns it off, and
+  asking for it is refused): a checkpointed forward is recomputed during ``backward``, long after
+  :meth:`compute_loss` returned, under whichever adapter was set last, so every policy but the last
+  would get the gradient of a forward it did not run (the first-listed policy's reward fell while the
+  second learned).
 * **Checkpoints.** ``save_model`` (and TRL's ``checkpoint-N``) writes each adapter in ``<dir>/<policy>``;
   resuming, transformers loads each adapter back from its folder, and the trainer puts every trained
   adapter in the optimizer (transformers marks only the active one trainable when it loads them).
@@ -29,7 +34,7 @@ episodes. How, on TRL's own ``GRPOTrainer``:
 What this path does not do (refused at plan time, :func:`check_multi_policy`): policies with a model
 of their own or every weight of the job's model, ``use_vllm``, asynchronous rollouts, a KL term
 (``beta``), per-sequence losses, the entropy mask and re-used generations (old log-probabilities
-would have to be computed per adapter).
+would have to be computed per adapter), and activation (gradient) checkpointing.
 """
 
 from __future__ import annotations
@@ -44,6 +49,14 @@ POLICY_FIELD = "aworld_policy_rows"  # per TRL row: the episode's segments, per 
 POLICY_COLUMN = "aworld_policy"  # per row of TRL's batch: the index of the policy it trains (-1: none)
 TOKEN_MEAN_LOSSES = ("dapo", "cispo")  # normalized by the batch's sampled-token count: sums over sub-batches
 _KEYS = ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "response_versions")
+CHECKPOINTING_KEYS = ("gradient_checkpointing", "activation_checkpointing")  # transformers 5 renamed it
+
+
+def config_defaults(arguments: Any) -> dict[str, Any]:
+    """``GRPOConfig`` defaults of a multi-policy job, under the job's own ``backends.trl`` keys
+    (``arguments``): activation checkpointing off, which TRL turns on by default (see the module
+    docstring; a job that asks for it is refused by :func:`check_multi_policy`)."""
+    return {} if any(key in arguments for key in CHECKPOINTING_KEYS) else {"gradient_checkpointing": False}
 
 
 def adapter_policies(job: Any) -> list[str]:
@@ -78,6 +91,10 @@ def check_multi_policy(job: Any, options: Any, args: Any = None) -> None:
         if args.beta:
             problems.append(f"backends.trl.beta={args.beta}: a KL term is not supported with several policies yet; "
                             "remove beta")
+        if args.gradient_checkpointing or getattr(args, "activation_checkpointing", False):
+            problems.append("backends.trl.gradient_checkpointing: several policies train with it off (a checkpointed "
+                            "forward is recomputed during backward under the last adapter set, not the row's own); "
+                            "remove it")
         if args.top_entropy_quantile < 1.0:
             problems.append("backends.trl.top_entropy_quantile: the entropy mask is taken over a batch, not per "
                             "policy; remove it")

@@ -506,6 +506,10 @@ def grpo_config(job: Any, output_dir: Path) -> tuple[Any, TrlOptions]:
                 [("backends.trl.bf16", arguments.get("bf16") or arguments.get("fp16"), "false on a CPU")],
             )
         defaults.update(use_cpu=True, bf16=False)
+    if getattr(job, "policies", None):  # several adapters: TRL's defaults that cannot train them (multi_policy)
+        from aworld_trl.multi_policy import config_defaults
+
+        defaults.update(config_defaults(arguments))
     kwargs = {**defaults, **arguments}
     # Trainer.train() must be given it (TrainingArguments only carries it): the run passes it on
     options.resume = resume_checkpoint(kwargs.get("resume_from_checkpoint"), job, output_dir)
