@@ -83,4 +83,13 @@ class RolloutServer(VllmServer):
             try:
                 os.killpg(group, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
-                pass
+                return
+            # SIGKILL is delivered asynchronously: a worker that inherited the listening socket keeps
+            # the port open until it is gone, so wait (briefly) until the group is empty
+            deadline = time.monotonic() + 15.0
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(group, 0)
+                except (ProcessLookupError, PermissionError):
+                    return
+                time.sleep(0.05)
