@@ -72,10 +72,19 @@ def test_a_compacting_groups_segments_keep_areals_group_stride(tool_model_dir, m
     prompts = [list(payload["input_ids"]) for payload, _ in served]
     rows = [out["input_ids"][r][: int(out["attention_mask"][r].sum())].tolist() for r in range(4)]
     calls_of: dict[int, list] = {0: [], 1: []}  # each request to the member whose rows it extends
+
+    def holds(r: int, prompt: list[int], output) -> bool:  # the row holds this very generation: ids and logprobs
+        at, ids = len(prompt), list(output.token_ids)
+        return (rows[r][:at] == prompt and rows[r][at:at + len(ids)] == ids
+                and out["logprobs"][r][at:at + len(ids)].tolist() == [float(x) for x in output.logprobs])
+
     for payload, output in served:
         prompt = list(payload["input_ids"])
         members = sorted({r % 2 for r in range(4) if rows[r][: len(prompt)] == prompt},
                          key=lambda m: len(calls_of[m]))  # greedy members may be identical: fill evenly
+        # identical greedy ids may still differ in their last logprob digits (batched forwards): the
+        # member whose row holds this generation's logprobs exactly comes first
+        members.sort(key=lambda m: not any(holds(r, prompt, output) for r in (m, 2 + m)))
         calls_of[members[0]].append((prompt, TokenOutput(list(output.token_ids), list(output.logprobs), "stop", 0)))
     for member in (0, 1):
         segments = _segments_of_rows(out, [member, 2 + member], prompts)
