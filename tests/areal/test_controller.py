@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -22,6 +23,8 @@ from aworld_core.errors import AworldError
 from aworld_core.worker.policy import FailedSteps, stop_error_in
 
 pytest_plugins = ["areal_fixtures"]
+
+LOOPBACK_WORKER = Path(__file__).resolve().parent / "loopback_rpc_worker.py"
 
 GCONFIG = {"greedy": True, "max_new_tokens": 48, "max_tokens": 2048}
 STOPPED = r"every episode failed in 2 consecutive training steps.*MCPConnectionError.*rollout\.max_failed_steps"
@@ -91,10 +94,26 @@ def test_an_unwatchable_controller_is_logged_and_an_engine_needs_no_watch():
 
 @pytest.mark.slow
 def test_max_failed_steps_stops_the_rollout_controller(tool_model_dir, mcp_server, sglang_server, unused_port,
-                                                        tmp_path):
+                                                        tmp_path, monkeypatch):
     """An unreachable MCP server, ``max_failed_steps: 2``, one group per step, the workflow in an
     RPC worker: the controller's ``prepare_batch`` (what ``PPOTrainer.train`` calls) raises the
-    kit's error (before: the controller rejected each prompt and went on forever)."""
+    kit's error (before: the controller rejected each prompt and went on forever).
+
+    ``make test`` runs in a network namespace whose only interface is lo, where this machine's
+    hostname resolves to 127.0.0.1: AReaL's ``gethostip`` then probes a route to 8.8.8.8 and
+    raises "Could not determine host IP" (the test guard refuses the probe too). The scheduler and
+    its worker (AReaL's own ``rpc_server``, started through ``loopback_rpc_worker.py``) are on this
+    host, so both get the loopback address."""
+    import areal.infra.controller.rollout_controller  # it binds gethostip by name
+    import areal.infra.scheduler.local  # noqa: F401
+    import areal.utils.network as network
+
+    original = network.gethostip
+    bound = [module for name, module in list(sys.modules.items())
+             if name.startswith("areal") and getattr(module, "gethostip", None) is original]
+    assert network in bound and len(bound) > 1, "AReaL's gethostip moved: update this test's loopback address"
+    for module in bound:  # the module and every AReaL module that imported it by name
+        monkeypatch.setattr(module, "gethostip", lambda *args, **kwargs: "127.0.0.1")
     from areal.api.cli_args import InferenceEngineConfig, SchedulingSpec
     from areal.api.io_struct import LocalInfServerInfo
     from areal.engine.sglang_remote import RemoteSGLangEngine
@@ -111,7 +130,7 @@ def test_max_failed_steps_stops_the_rollout_controller(tool_model_dir, mcp_serve
         experiment_name="aworld-ctl", trial_name="t0", fileroot=str(tmp_path), backend="sglang:d1",
         max_concurrent_rollouts=1, consumer_batch_size=1, max_head_offpolicyness=1000, request_timeout=600,
         setup_timeout=60,
-        scheduling_spec=(SchedulingSpec(cpu=1, gpu=0, mem=1, cmd=f"{sys.executable} -m areal.infra.rpc.rpc_server"),),
+        scheduling_spec=(SchedulingSpec(cpu=1, gpu=0, mem=1, cmd=f"{sys.executable} {LOOPBACK_WORKER}"),),
     )
     controller = RemoteSGLangEngine.as_controller(config, scheduler)
     try:
