@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -218,7 +217,7 @@ def build_model(path: str, *, seed: int = 0, min_steps: int = 400, max_steps: in
     import torch
     from transformers.utils import logging as hf_logging
 
-    from aworld_cpu_grpo_demo.build import new_model, save_tokenizer
+    from aworld_cpu_grpo_demo.build import new_model, save_model_dir
     from aworld_cpu_grpo_demo.warm_start import _chunk_loss, length_buckets
 
     hf_logging.disable_progress_bar()
@@ -227,9 +226,6 @@ def build_model(path: str, *, seed: int = 0, min_steps: int = 400, max_steps: in
     if target.exists():
         return target
     started = time.perf_counter()
-    staging = target.with_name(target.name + ".building")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     print(f"building the compaction demo's model in {target} (tokenizer, tiny Qwen2, warm start)", flush=True)
     rng = random.Random(seed)
     tokenizer = _tokenizer(rng)
@@ -262,11 +258,7 @@ def build_model(path: str, *, seed: int = 0, min_steps: int = 400, max_steps: in
             if copied == 1.0 and step >= min_steps:
                 break
     model.eval()
-    model.save_pretrained(staging)
-    save_tokenizer(tokenizer, staging)
-    (staging / "warm_start.json").write_text(json.dumps({"steps": step + 1, "final_loss": loss_value}), encoding="utf-8")
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    save_model_dir(target, model, tokenizer, {"steps": step + 1, "final_loss": loss_value})
     print(f"  model ready in {time.perf_counter() - started:.0f}s (warm-start loss {loss_value:.3f})", flush=True)
     return target
 

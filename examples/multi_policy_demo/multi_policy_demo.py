@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -165,7 +164,7 @@ def build_model(path: str, *, seed: int = 0, steps: int = 800, batch_size: int =
     import torch
     from transformers.utils import logging as hf_logging
 
-    from aworld_cpu_grpo_demo.build import new_model, save_tokenizer, train_tokenizer
+    from aworld_cpu_grpo_demo.build import new_model, save_model_dir, train_tokenizer
     from aworld_cpu_grpo_demo.warm_start import _chunk_loss, encode, length_buckets
 
     hf_logging.disable_progress_bar()
@@ -174,9 +173,6 @@ def build_model(path: str, *, seed: int = 0, steps: int = 800, batch_size: int =
     if target.exists():
         return target
     started = time.perf_counter()
-    staging = target.with_name(target.name + ".building")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     print(f"building the multi-policy demo's model in {target} (tokenizer, tiny Qwen2, warm start)", flush=True)
     rng = random.Random(seed)
     tokenizer = train_tokenizer(seed)
@@ -204,11 +200,7 @@ def build_model(path: str, *, seed: int = 0, steps: int = 800, batch_size: int =
             print(f"  warm start step {step:4d}/{steps}  loss {loss_value:.3f}  "
                   + "  ".join(f"{k} {v:.2f}" for k, v in rates.items()), flush=True)
     model.eval()
-    model.save_pretrained(staging)
-    save_tokenizer(tokenizer, staging)
-    (staging / "warm_start.json").write_text(json.dumps({"steps": steps, "final_loss": loss_value}), encoding="utf-8")
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    save_model_dir(target, model, tokenizer, {"steps": steps, "final_loss": loss_value})
     print(f"  model ready in {time.perf_counter() - started:.0f}s (warm-start loss {loss_value:.3f})", flush=True)
     return target
 

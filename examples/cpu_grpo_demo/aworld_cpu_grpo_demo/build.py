@@ -110,6 +110,21 @@ def save_tokenizer(tokenizer: Any, path: Path) -> None:
     config_file.write_text(json.dumps(config, indent=2), encoding="utf-8")
 
 
+
+def save_model_dir(target: Path, model: Any, tokenizer: Any, stats: dict[str, Any]) -> Path:
+    """Write a built model, its tokenizer and its warm-start stats to ``<target>.building``, then
+    rename that into place: an interrupted build never leaves a half-made model at ``target``,
+    which later runs would reuse as finished (the builders return an existing ``target`` as is)."""
+    staging = target.with_name(target.name + ".building")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    model.save_pretrained(staging)
+    save_tokenizer(tokenizer, staging)
+    (staging / "warm_start.json").write_text(json.dumps(stats, indent=2), encoding="utf-8")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
 def build_model(path: str, *, seed: int = 0, warm_start_steps: int = 800, batch_size: int = 64,
                 progress: bool = True, threads: int | str = "auto", copy_rate: float = 0.3) -> Path:
     """Create tokenizer + model at ``path`` and warm-start it; returns the directory.
@@ -131,9 +146,6 @@ def build_model(path: str, *, seed: int = 0, warm_start_steps: int = 800, batch_
     if target.exists():
         return target
     started = time.perf_counter()
-    staging = target.with_name(target.name + ".building")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     print(f"building the demo model in {target} (tokenizer, tiny Qwen2, warm start; once per run directory)",
           flush=True)
     tokenizer = train_tokenizer(seed)
@@ -142,11 +154,7 @@ def build_model(path: str, *, seed: int = 0, warm_start_steps: int = 800, batch_
     print(f"  tokenizer: {len(tokenizer)} tokens; model: {params / 1e6:.2f} M parameters", flush=True)
     stats = warm_start(model, tokenizer, steps=warm_start_steps, batch_size=batch_size, seed=seed,
                        progress=progress, copy_rate=copy_rate, probe_threads=threads == "auto")
-    model.save_pretrained(staging)
-    save_tokenizer(tokenizer, staging)
-    (staging / "warm_start.json").write_text(json.dumps(stats, indent=2), encoding="utf-8")
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    save_model_dir(target, model, tokenizer, stats)
     print(f"  model ready in {time.perf_counter() - started:.0f}s (warm-start loss {stats['final_loss']:.3f}, "
           f"{stats['torch_threads']} torch thread(s))", flush=True)
     return target
