@@ -291,6 +291,12 @@ def test_dry_run_refuses_a_compacting_agent_without_a_token_mean_loss(tmp_path, 
     code, text = _dry_run(path)
     text += capsys.readouterr().err
     assert code == 2 and "backends.swift.loss_type" in text and "dapo" in text
+    for key in ("dynamic_sample", "padding_free"):  # refused by the trainer at a segmented batch: here first
+        job["backends"]["swift"] = {"loss_type": "dapo", key: True}
+        path.write_text(yaml.safe_dump(job))
+        code, text = _dry_run(path)
+        text += capsys.readouterr().err
+        assert code == 2 and f"backends.swift.{key}" in text, text
     job["backends"]["swift"] = {"loss_type": "dapo"}
     path.write_text(yaml.safe_dump(job))
     assert _dry_run(path)[0] == 0

@@ -147,6 +147,16 @@ def _check_compaction(job: Any, args: dict[str, Any]) -> None:
             f"{loss_type!r} (ms-swift's default 'grpo' averages each row: an episode would weigh as much as its "
             f"number of segments); set backends.swift.loss_type to one of {', '.join(TOKEN_MEAN_LOSSES)} (dapo)"
         )
+    # what the trainer refuses for a batch with a segmented episode (aworld_swift.segments), refused
+    # before anything starts rather than at the first batch holding a compacted episode
+    for key, why in (("dynamic_sample", "its resampling keeps the first generation_batch_size rows, which would "
+                      "cut an episode's segments apart"),
+                     ("padding_free", "ms-swift's several-rows-per-trajectory mode does not support it")):
+        if args.get(key) in (True, "true", "True"):
+            raise ConfigError(
+                f"agent.compaction makes episodes of several training segments, and backends.swift.{key} is on "
+                f"({why}); set backends.swift.{key}: false, or drop agent.compaction"
+            )
 
 
 def rollout_args(job: Any, args: dict[str, Any]) -> dict[str, Any]:
