@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from copy import copy
 from typing import Any
 
@@ -46,6 +47,8 @@ from aworld_core.schemas import Message, Sample
 from aworld_swift.rows import SAMPLE_COLUMN
 from aworld_swift.runtime import SwiftRuntime, get_runtime
 from aworld_swift.trajectory import INFO_KEY, Trajectory
+
+logger = logging.getLogger(__name__)
 
 
 class AworldScheduler(MultiTurnScheduler):
@@ -218,7 +221,9 @@ class AworldScheduler(MultiTurnScheduler):
             infer_template.set_mode("transformers")
             encoded = infer_template.encode({"messages": request.messages, "tools": request.tools})
             return [int(i) for i in encoded["input_ids"]]
-        except Exception:  # only the exported view's prompt depends on it
+        except Exception as exc:  # only the exported view's prompt depends on it: say so, keep training
+            logger.warning("ms-swift's template could not render a prompt for the recorded episode (%s: %s); the "
+                           "episode's exported view keeps the token client's prompt for it", type(exc).__name__, exc)
             return None
 
 
