@@ -218,7 +218,7 @@ def build_model(path: str, *, seed: int = 0, min_steps: int = 400, max_steps: in
     from transformers.utils import logging as hf_logging
 
     from aworld_cpu_grpo_demo.build import new_model, save_model_dir
-    from aworld_cpu_grpo_demo.warm_start import _chunk_loss, length_buckets
+    from aworld_cpu_grpo_demo.warm_start import train_step
 
     hf_logging.disable_progress_bar()
     torch.set_num_threads(1)  # a tiny model: one thread (on a busy 2-core machine, two are several times slower)
@@ -242,16 +242,7 @@ def build_model(path: str, *, seed: int = 0, min_steps: int = 400, max_steps: in
     for step in range(max_steps):
         rows = [_labels(tokenizer, m, k) for m, k in traces(rng, batch_size)]
         ids, labels = [r[0] for r in rows], [r[1] for r in rows]
-        total = sum(1 for row in labels for y in row[1:] if y != -100)
-        optimizer.zero_grad(set_to_none=True)
-        loss_value = 0.0
-        for chunk in length_buckets(ids, labels):
-            loss = _chunk_loss(model, chunk, tokenizer.pad_token_id) / total
-            loss.backward()
-            loss_value += loss.item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+        loss_value = train_step(model, ids, labels, tokenizer.pad_token_id, optimizer, schedule)
         if step % 100 == 0 or step == max_steps - 1:
             copied = _copies(model, tokenizer)
             print(f"  warm start step {step:4d}  loss {loss_value:.3f}  key copied {copied:.2f}", flush=True)

@@ -165,7 +165,7 @@ def build_model(path: str, *, seed: int = 0, steps: int = 800, batch_size: int =
     from transformers.utils import logging as hf_logging
 
     from aworld_cpu_grpo_demo.build import new_model, save_model_dir, train_tokenizer
-    from aworld_cpu_grpo_demo.warm_start import _chunk_loss, encode, length_buckets
+    from aworld_cpu_grpo_demo.warm_start import encode, train_step
 
     hf_logging.disable_progress_bar()
     torch.set_num_threads(1)  # a tiny model on a busy 2-core machine: one thread is the faster
@@ -185,16 +185,7 @@ def build_model(path: str, *, seed: int = 0, steps: int = 800, batch_size: int =
     loss_value = 0.0
     for step in range(steps):
         ids, labels = encode(tokenizer, traces(rng, batch_size))
-        total = sum(1 for row in labels for y in row[1:] if y != -100)
-        optimizer.zero_grad(set_to_none=True)
-        loss_value = 0.0
-        for chunk in length_buckets(ids, labels):
-            loss = _chunk_loss(model, chunk, tokenizer.pad_token_id) / total
-            loss.backward()
-            loss_value += loss.item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+        loss_value = train_step(model, ids, labels, tokenizer.pad_token_id, optimizer, schedule)
         if step % 100 == 0 or step == steps - 1:
             rates = _greedy_rates(model, tokenizer, random.Random(step))
             print(f"  warm start step {step:4d}/{steps}  loss {loss_value:.3f}  "

@@ -59,6 +59,26 @@ def length_buckets(ids: list[list[int]], labels: list[list[int]], buckets: int =
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
+
+def train_step(model: Any, ids: list[list[int]], labels: list[list[int]], pad_id: int, optimizer: Any,
+               scheduler: Any) -> float:
+    """One supervised step over a batch: the mean next-token loss over every labelled token (the
+    length buckets' summed losses over the batch's count), clipped at norm 1; returns the loss.
+    The demos' warm starts (this one, the compaction and multi-policy demos) share it."""
+    import torch
+
+    optimizer.zero_grad(set_to_none=True)
+    total = sum(1 for row in labels for y in row[1:] if y != IGNORE)
+    loss_sum = 0.0
+    for chunk in length_buckets(ids, labels):
+        loss = _chunk_loss(model, chunk, pad_id) / total
+        loss.backward()
+        loss_sum += loss.item()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    scheduler.step()
+    return loss_sum
+
 def _chunk_loss(model: Any, rows: list[tuple], pad_id: int) -> Any:
     """Summed next-token loss over the labelled tokens of ``rows``."""
     import torch
@@ -107,17 +127,7 @@ def warm_start(model: Any, tokenizer: Any, *, steps: int = 800, batch_size: int 
         if probe is not None:
             probe.before(step)
         ids, labels = encode(tokenizer, warm_start_batch(rng, batch_size, tool_first_share, copy_rate))
-        optimizer.zero_grad(set_to_none=True)
-        total = sum(1 for row in labels for y in row[1:] if y != IGNORE)
-        loss_sum = 0.0
-        for chunk in length_buckets(ids, labels):
-            loss = _chunk_loss(model, chunk, pad_id) / total
-            loss.backward()
-            loss_sum += loss.item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        losses.append(loss_sum)
+        losses.append(train_step(model, ids, labels, pad_id, optimizer, scheduler))
         if probe is not None:
             probe.after(step)
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
