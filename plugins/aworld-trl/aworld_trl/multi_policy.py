@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from aworld_core.errors import AworldError, ConfigError, UsageError
+from aworld_trl.segments import new_rows, pad_left, pad_right
 
 POLICY_FIELD = "aworld_policy_rows"  # per TRL row: the episode's segments, per trained policy
 POLICY_COLUMN = "aworld_policy"  # per row of TRL's batch: the index of the policy it trains (-1: none)
@@ -247,44 +248,14 @@ def add_policy_rows(trainer: Any, output: dict[str, Any], inputs: list[dict[str,
     new = policy_advantages(trainer, plans, policies, group_size)
     old_rows = output["prompt_ids"].shape[0]
     filler = (-(old_rows + len(new))) % int(trainer.args.steps_per_generation) if mode == "train" else 0
-    pad_id = trainer._tokenizer.pad_token_id
-    eos_and_pad = [*trainer.eos_token_ids, pad_id]
     device = output["prompt_ids"].device
-    prompts = [s["prompt_ids"] for s in new] + [[pad_id]] * filler
-    completions = [s["response_ids"] for s in new] + [[pad_id]] * filler
-    width_p = max(output["prompt_ids"].shape[1], *(len(p) for p in prompts)) if prompts else output["prompt_ids"].shape[1]
-    width_c = max(output["completion_ids"].shape[1], *(len(c) for c in completions)) if completions else \
-        output["completion_ids"].shape[1]
-
-    def left(t: Any, width: int, value: float) -> Any:
-        return torch.nn.functional.pad(t, (width - t.shape[1], 0), value=value)
-
-    def right(t: Any, width: int, value: float) -> Any:
-        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
-
-    n = len(prompts)
-    prompt_ids = torch.full((n, width_p), pad_id, dtype=output["prompt_ids"].dtype)
-    prompt_mask = torch.zeros((n, width_p), dtype=output["prompt_mask"].dtype)
-    completion_ids = torch.full((n, width_c), pad_id, dtype=output["completion_ids"].dtype)
-    completion_mask = torch.zeros((n, width_c), dtype=output["completion_mask"].dtype)
-    tool_mask = torch.zeros((n, width_c), dtype=torch.long)
-    sampling = torch.zeros((n, width_c), dtype=torch.float32)
-    advantages = torch.zeros(n, dtype=output["advantages"].dtype)
-    row_policy = torch.full((n,), -1, dtype=torch.long)
-    for j, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
-        prompt_ids[j, width_p - len(prompt):] = torch.tensor(prompt)
-        completion_ids[j, : len(completion)] = torch.tensor(completion)
-        if j < len(new):
-            row = new[j]
-            prompt_mask[j, width_p - len(prompt):] = 1
-            cut = trainer.mask_truncated_completions and completion[-1] not in eos_and_pad
-            completion_mask[j, : len(completion)] = 0 if cut else 1
-            tool_mask[j, : len(completion)] = torch.tensor(row["response_mask"])
-            sampling[j, : len(completion)] = torch.tensor(row["response_logprobs"], dtype=torch.float32)
-            advantages[j] = row["advantage"]
-            row_policy[j] = row["policy"]
-        else:  # filler: one padding token, attended to, never trained
-            prompt_mask[j, -1] = 1
+    rows = new_rows(trainer, output, new, filler, tool_fill=0)
+    width_p, width_c, pad_id = rows["width_p"], rows["width_c"], rows["pad_id"]
+    left, right = pad_left, pad_right
+    prompt_ids, prompt_mask = rows["prompt_ids"], rows["prompt_mask"]
+    completion_ids, completion_mask = rows["completion_ids"], rows["completion_mask"]
+    tool_mask, sampling, advantages = rows["tool_mask"], rows["sampling"], rows["advantages"]
+    row_policy = torch.tensor([row["policy"] for row in new] + [-1] * filler, dtype=torch.long)
     # the placeholders TRL built (one per episode) train nothing: mask 0, advantage 0, no policy
     old_tool = output.get("tool_mask")
     if old_tool is None:

@@ -125,45 +125,13 @@ def add_segment_rows(trainer: Any, output: dict[str, Any], inputs: list[dict[str
         filler = (-rows) % spg
     else:
         filler = 0
-    pad_id = trainer._tokenizer.pad_token_id  # the id TRL pads with
-    eos_and_pad = [*trainer.eos_token_ids, pad_id]
     device = output["prompt_ids"].device
-    # the new rows, in TRL's layout: prompt left-padded, completion right-padded
-    prompts = [s["prompt_ids"] for s in new] + [[pad_id]] * filler
-    completions = [s["response_ids"] for s in new] + [[pad_id]] * filler
-    old_p, old_c = output["prompt_ids"].shape[1], output["completion_ids"].shape[1]
-    width_p = max(old_p, *(len(p) for p in prompts))
-    width_c = max(old_c, *(len(c) for c in completions))
-
-    def left(t: Any, width: int, value: float) -> Any:
-        return torch.nn.functional.pad(t, (width - t.shape[1], 0), value=value)
-
-    def right(t: Any, width: int, value: float) -> Any:
-        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
-
-    n_new = len(prompts)
-    prompt_ids = torch.full((n_new, width_p), pad_id, dtype=output["prompt_ids"].dtype)
-    prompt_mask = torch.zeros((n_new, width_p), dtype=output["prompt_mask"].dtype)
-    completion_ids = torch.full((n_new, width_c), pad_id, dtype=output["completion_ids"].dtype)
-    completion_mask = torch.zeros((n_new, width_c), dtype=output["completion_mask"].dtype)
-    tool_mask = torch.ones((n_new, width_c), dtype=torch.long)
-    sampling = torch.zeros((n_new, width_c), dtype=torch.float32)
-    row_adv = torch.zeros(n_new, dtype=advantages.dtype)
-    for j, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
-        prompt_ids[j, width_p - len(prompt):] = torch.tensor(prompt)
-        completion_ids[j, : len(completion)] = torch.tensor(completion)
-        if j < len(new):
-            segment = new[j]
-            prompt_mask[j, width_p - len(prompt):] = 1
-            cut = trainer.mask_truncated_completions and completion[-1] not in eos_and_pad
-            completion_mask[j, : len(completion)] = 0 if cut else 1
-            tool_mask[j, : len(completion)] = torch.tensor(segment["response_mask"])
-            sampling[j, : len(completion)] = torch.tensor(segment["response_logprobs"], dtype=torch.float32)
-            row_adv[j] = segment["advantage"]
-        else:  # filler: one padding token, attended to but never trained
-            prompt_mask[j, -1] = 1
-            completion_mask[j, 0] = 0
-            tool_mask[j, 0] = 0
+    rows = new_rows(trainer, output, new, filler, tool_fill=1)
+    width_p, width_c, pad_id = rows["width_p"], rows["width_c"], rows["pad_id"]
+    left, right = pad_left, pad_right
+    prompt_ids, prompt_mask = rows["prompt_ids"], rows["prompt_mask"]
+    completion_ids, completion_mask = rows["completion_ids"], rows["completion_mask"]
+    tool_mask, sampling, row_adv = rows["tool_mask"], rows["sampling"], rows["advantages"]
     merged = {
         "prompt_ids": torch.cat([left(output["prompt_ids"], width_p, pad_id), prompt_ids.to(device)]),
         "prompt_mask": torch.cat([left(output["prompt_mask"], width_p, 0), prompt_mask.to(device)]),
@@ -186,6 +154,63 @@ def add_segment_rows(trainer: Any, output: dict[str, Any], inputs: list[dict[str
     trainer.aworld_rows = [*inputs, *new, *([{}] * filler)]
     trainer._metrics[mode]["aworld/segment_rows"].append(float(len(new)))
     return result
+
+
+def pad_left(t: Any, width: int, value: float) -> Any:
+    import torch
+
+    return torch.nn.functional.pad(t, (width - t.shape[1], 0), value=value)
+
+
+def pad_right(t: Any, width: int, value: float) -> Any:
+    import torch
+
+    return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
+
+
+def new_rows(trainer: Any, output: dict[str, Any], new: list[dict[str, Any]], filler: int,
+             tool_fill: int) -> dict[str, Any]:
+    """Rows to append to TRL's batch ``output``, in its layout (prompts left-padded, completions
+    right-padded to the batch's widths or wider): one per entry of ``new`` (``prompt_ids``,
+    ``response_ids``, ``response_mask``, ``response_logprobs``, ``advantage``: the sampled tokens
+    mask 1 with their logprobs, the rest mask 0), then ``filler`` rows of one padding token that
+    are attended to and never trained (a batch a multiple of ``steps_per_generation``). A
+    completion cut at the length budget trains nothing when TRL's ``mask_truncated_completions``
+    says so. Shared by segment rows (this module) and per-policy rows (:mod:`aworld_trl.multi_policy`);
+    ``tool_fill`` is the tool mask past a row's completion (never trained either way)."""
+    import torch
+
+    pad_id = trainer._tokenizer.pad_token_id  # the id TRL pads with
+    eos_and_pad = [*trainer.eos_token_ids, pad_id]
+    prompts = [s["prompt_ids"] for s in new] + [[pad_id]] * filler
+    completions = [s["response_ids"] for s in new] + [[pad_id]] * filler
+    width_p = max([output["prompt_ids"].shape[1], *(len(p) for p in prompts)])
+    width_c = max([output["completion_ids"].shape[1], *(len(c) for c in completions)])
+    n = len(prompts)
+    prompt_ids = torch.full((n, width_p), pad_id, dtype=output["prompt_ids"].dtype)
+    prompt_mask = torch.zeros((n, width_p), dtype=output["prompt_mask"].dtype)
+    completion_ids = torch.full((n, width_c), pad_id, dtype=output["completion_ids"].dtype)
+    completion_mask = torch.zeros((n, width_c), dtype=output["completion_mask"].dtype)
+    tool_mask = torch.full((n, width_c), tool_fill, dtype=torch.long)
+    sampling = torch.zeros((n, width_c), dtype=torch.float32)
+    advantages = torch.zeros(n, dtype=output["advantages"].dtype)
+    for j, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+        prompt_ids[j, width_p - len(prompt):] = torch.tensor(prompt)
+        completion_ids[j, : len(completion)] = torch.tensor(completion)
+        if j < len(new):
+            row = new[j]
+            prompt_mask[j, width_p - len(prompt):] = 1
+            cut = trainer.mask_truncated_completions and completion[-1] not in eos_and_pad
+            completion_mask[j, : len(completion)] = 0 if cut else 1
+            tool_mask[j, : len(completion)] = torch.tensor(row["response_mask"])
+            sampling[j, : len(completion)] = torch.tensor(row["response_logprobs"], dtype=torch.float32)
+            advantages[j] = row["advantage"]
+        else:  # filler: one padding token, attended to but never trained
+            prompt_mask[j, -1] = 1
+            tool_mask[j, 0] = 0
+    return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+            "completion_mask": completion_mask, "tool_mask": tool_mask, "sampling": sampling,
+            "advantages": advantages, "width_p": width_p, "width_c": width_c, "pad_id": pad_id}
 
 
 def _recompute_logps(trainer: Any, output: dict[str, Any], merged: dict[str, Any], width_c: int) -> None:
