@@ -46,7 +46,10 @@ def build_agents(job: Any, settings: Any) -> Any:
 def rollout(agent: Any, sample: Any, llm: Any, context: Any) -> Any:
     from aworld_core.runtime.episode import run_episode
     from aworld_core.schemas import RolloutContext
+    from aworld_core.worker.openai_agent import OpenAIAgent, run_openai_episode
 
+    if isinstance(agent, OpenAIAgent):  # agent.openai_agent: through the gateway over the token client
+        return run_openai_episode(agent, sample, llm, context)
     ctx = RolloutContext.of(context)
     return run_episode(
         agent,

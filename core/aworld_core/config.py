@@ -88,9 +88,15 @@ class AgentSection(AgentConfig):
     mcp_servers: list[str] | None = None
     tools: list[str] = Field(default_factory=list, description="Import refs of Python tool functions.")
     options: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for factory.")
-    factory: str | None = Field(  # last, so its check sees every other field
+    factory: str | None = Field(  # after the Agent's fields, so its check sees them all
         default=None,
         description="'module:function' returning an Agent or Swarm; called in every worker.",
+    )
+    openai_agent: str | None = Field(  # last, so its check sees every other field (factory included)
+        default=None,
+        description="'module:function' of an agent written against the OpenAI API, "
+        "f(sample, *, base_url, api_key, model) -> final answer text or None (async, or a plain function run "
+        "in a thread), trained through the core's gateway instead of an Agent (aworld_core.worker.openai_agent).",
     )
 
     @field_validator("factory")
@@ -112,6 +118,27 @@ class AgentSection(AgentConfig):
                     {"ignored": ", ".join(ignored)},
                 )
         return factory
+
+    @field_validator("openai_agent")
+    @classmethod
+    def _openai_agent_alone(cls, ref: str | None, info: ValidationInfo) -> str | None:
+        """An OpenAI-API agent is its own program: an Agent's fields, a factory or options beside it
+        would be silently ignored."""
+        if ref:
+            ignored = [
+                f"agent.{name}"
+                for name, value in info.data.items()
+                if value != cls.model_fields[name].get_default(call_default_factory=True)
+            ]
+            if ignored:
+                raise PydanticCustomError(
+                    "openai_agent_with_fields",
+                    "agent.openai_agent is the whole agent (a function written against the OpenAI API, with its "
+                    "own prompts, tools and limits): {ignored} would be ignored; give either agent.openai_agent "
+                    "alone, or agent.factory / the Agent's fields, not both",
+                    {"ignored": ", ".join(ignored)},
+                )
+        return ref
 
 
 class DatasetSection(_Section):
@@ -339,6 +366,22 @@ class JobConfig(_Section):
         check_policy_sections(self.policies, self.agent_policies, self.model.path if self.model else None)
         return self
 
+    @model_validator(mode="after")
+    def _openai_agent_limits(self) -> JobConfig:
+        """An OpenAI-API agent runs its own loop: a turn limit the runtime would impose is not applied."""
+        if self.agent.openai_agent and self.rollout.max_turns is not None:
+            raise ValueError(
+                "rollout.max_turns cannot limit agent.openai_agent (the function runs its own loop and "
+                "decides how many calls it makes): remove rollout.max_turns and bound the loop in the function "
+                "(rollout.episode_timeout_s still applies)"
+            )
+        if self.agent.openai_agent and (self.policies or self.agent_policies):
+            raise ValueError(
+                "policies / agent_policies map the agents of a Swarm to policies; agent.openai_agent is one "
+                "function on the job's model: remove policies and agent_policies"
+            )
+        return self
+
     def backend_section(self, backend: str) -> dict[str, Any]:
         return dict(self.backends.get(backend, {}))
 
@@ -397,6 +440,7 @@ PATH_FIELDS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("model", "build"), "ref"),
     (("reward", "name"), "ref"),
     (("agent", "factory"), "ref"),
+    (("agent", "openai_agent"), "ref"),
     (("agent", "tools"), "refs"),
 )
 

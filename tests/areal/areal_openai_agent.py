@@ -1,5 +1,5 @@
 """An agent written against the OpenAI API (the ``openai`` SDK) with tools from an MCP server (the
-official ``mcp`` client): nothing from aworld-core. ``AworldWorkflow(openai_agent=...)`` trains it
+official ``mcp`` client): nothing from aworld-core. The job's ``agent.openai_agent`` trains it
 by pointing ``base_url`` at the core's gateway. The MCP server's URL comes from
 ``AREAL_TEST_MCP_URL``, as a real agent would read its own configuration."""
 

@@ -155,18 +155,18 @@ def test_prompts_share_one_state_built_once(tool_model_dir, mcp_server, real_eng
 def test_openai_agents_share_one_gateway_per_loop_closed_at_shutdown(tool_model_dir, mcp_server, real_engine,
                                                                        monkeypatch):
     monkeypatch.setenv("AREAL_TEST_MCP_URL", mcp_server.url)
-    kwargs = kwargs_for(tool_model_dir, job_dict(tool_model_dir, mcp_server), n=2,
-                        openai_agent=f"{OPENAI_AGENT}:adder_agent")
+    job = job_dict(tool_model_dir, mcp_server, agent={"openai_agent": f"{OPENAI_AGENT}:adder_agent"})
+    kwargs = kwargs_for(tool_model_dir, job, n=2)
     results = submit_all(real_engine, [{"question": QUESTION, "answer": "5"}] * 3, kwargs)
     assert all(r is not None and r["rewards"].tolist() == [1.0, 1.0] for r in results)
     (state,) = workflow_states()
-    (gateway,) = state.gateways.servers()  # six episodes on AReaL's rollout loop: one gateway
+    (gateway,) = state.agent.gateways.servers()  # six episodes on AReaL's rollout loop: one gateway
     assert state.accepted == 6
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=5):
         pass
 
     close_workflow_states()  # also registered with atexit
-    assert workflow_states() == [] and state.gateways.servers() == []
+    assert workflow_states() == [] and state.agent.gateways.servers() == []
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", gateway.port), timeout=5).close()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -284,9 +285,13 @@ def test_episode_stats_reach_areals_stats_tracker(tool_model_dir, mcp_server):
 OPENAI_AGENT = Path(__file__).resolve().parent / "areal_openai_agent.py"
 
 
+def _openai_job(model_dir: Path, server: Any, function: str, path: Path = OPENAI_AGENT) -> dict[str, Any]:
+    return job_dict(model_dir, server, agent={"openai_agent": f"{path}:{function}"})
+
+
 def test_openai_api_agent_trains_through_the_gateway(tool_model_dir, mcp_server, monkeypatch):
     monkeypatch.setenv("AREAL_TEST_MCP_URL", mcp_server.url)
-    workflow = make_workflow(tool_model_dir, mcp_server, openai_agent=f"{OPENAI_AGENT}:adder_agent")
+    workflow = make_workflow(tool_model_dir, mcp_server, job=_openai_job(tool_model_dir, mcp_server, "adder_agent"))
     engine = FakeArealEngine(tool_model_dir)
     out = run(workflow, engine)
     assert out is not None, workflow.recent_rejections
@@ -303,7 +308,7 @@ def test_openai_api_agent_trains_through_the_gateway(tool_model_dir, mcp_server,
 
 @pytest.mark.parametrize(("agent", "why"), [("broken_agent", "the agent crashed"), ("wrong_type_agent", "must return")])
 def test_failing_openai_api_agent_is_rejected(tool_model_dir, mcp_server, agent, why):
-    workflow = make_workflow(tool_model_dir, mcp_server, openai_agent=f"{OPENAI_AGENT}:{agent}")
+    workflow = make_workflow(tool_model_dir, mcp_server, job=_openai_job(tool_model_dir, mcp_server, agent))
     assert run(workflow, FakeArealEngine(tool_model_dir)) is None
     assert workflow.rejected == {"failed": 1} and why in workflow.recent_rejections[-1][2]
 
@@ -343,4 +348,7 @@ def test_bad_options_fail_when_the_workflow_is_built(tool_model_dir, mcp_server)
     with pytest.raises(UsageError, match="no reward section"):
         make_workflow(tool_model_dir, mcp_server, job={**job_dict(tool_model_dir, mcp_server), "reward": None})
     with pytest.raises(UsageError, match="has no attribute 'REWARDS_MISSING'"):
-        make_workflow(tool_model_dir, mcp_server, openai_agent=f"{OPENAI_AGENT.parent / 'areal_rewards.py'}:REWARDS_MISSING")
+        make_workflow(tool_model_dir, mcp_server, job=_openai_job(tool_model_dir, mcp_server, "REWARDS_MISSING",
+                                                                  OPENAI_AGENT.parent / "areal_rewards.py"))
+    with pytest.raises(UsageError, match=r"agent: \{openai_agent: 'module:function'\}"):  # the one spelling now
+        make_workflow(tool_model_dir, mcp_server, openai_agent=f"{OPENAI_AGENT}:adder_agent")

@@ -23,6 +23,12 @@ def agent_from_job(job: Any, settings: Any = None) -> Agent | Swarm:
 
         settings = get_settings()
     section = job.agent
+    if getattr(section, "openai_agent", None):
+        raise UsageError(
+            f"agent.openai_agent {section.openai_agent!r} is a function written against the OpenAI API, not an "
+            "Agent: it runs only in training, where the worker kit (aworld_core.worker.build_agent) serves it the "
+            "trained policy through the gateway; to evaluate it, point it at an OpenAI-compatible endpoint yourself"
+        )
     if section.factory:
         from aworld_core.secrets import resolve_env_ref
 

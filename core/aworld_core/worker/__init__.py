@@ -3,7 +3,9 @@
 A backend's worker (a TRL trainer, a verl agent-loop worker, an AReaL rollout worker, an
 ms-swift scheduler, the task service) does the same things in the same order:
 
-1. ``load_job`` / ``build_agent``: the job from its serialized config, the agent once per process;
+1. ``load_job`` / ``build_agent``: the job from its serialized config, the agent once per process
+   (the job's ``Agent``/``Swarm``, or an :class:`OpenAIAgent`: a function written against the
+   OpenAI API that the core's ``rollout`` hook runs through the gateway, ``agent.openai_agent``);
 2. ``build_token_llm``: the token-level client over the framework's engine (one rule for the chat
    template, the tool parser and the limits);
 3. ``EpisodeRunner``: episodes or GRPO groups through the ``rollout`` hook, every failure
@@ -39,6 +41,9 @@ _EXPORTS: dict[str, str] = {
     "pad_id_of": "aworld_core.worker.build",
     "agent_from_ref": "aworld_core.worker.build",
     "check_agent": "aworld_core.worker.build",
+    "OpenAIAgent": "aworld_core.worker.openai_agent",
+    "run_openai_episode": "aworld_core.worker.openai_agent",
+    "Gateways": "aworld_core.worker.openai_agent",
     "WorkerCache": "aworld_core.worker.cache",
     "shared_tokenizer": "aworld_core.worker.cache",
     "options_key": "aworld_core.worker.cache",

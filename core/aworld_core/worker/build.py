@@ -20,8 +20,19 @@ from aworld_core.worker.cache import WorkerCache
 
 #: the job files this process read, by (path, modification time)
 _jobs: WorkerCache[JobConfig] = WorkerCache()
-#: the agents built, by (plugin manager, job): one serves every concurrent episode
-_agents: WorkerCache[Any] = WorkerCache()
+
+
+def _close_agent(agent: Any) -> None:
+    """An ``OpenAIAgent`` stops its gateways; other agents hold nothing to close."""
+    from aworld_core.worker.openai_agent import OpenAIAgent
+
+    if isinstance(agent, OpenAIAgent):
+        agent.close()
+
+
+#: the agents built, by (plugin manager, job): one serves every concurrent episode; an
+#: ``OpenAIAgent``'s gateways stop with it (``clear_caches``, at exit)
+_agents: WorkerCache[Any] = WorkerCache(close=_close_agent)
 
 
 def load_job(job: str | Path | dict[str, Any] | JobConfig, *, setting: str | None = None) -> JobConfig:
@@ -63,13 +74,22 @@ def job_key(job: JobConfig) -> str:
 
 
 def build_agent(job: JobConfig, *, settings: Any = None, manager: Any = None, cache: bool = True) -> Any:
-    """The job's ``Agent`` or ``Swarm`` through the ``build_agents`` hook, once per process and job.
+    """The job's ``Agent`` or ``Swarm`` through the ``build_agents`` hook, once per process and job;
+    for ``agent.openai_agent``, the :class:`~aworld_core.worker.openai_agent.OpenAIAgent` it names
+    (the core's ``rollout`` hook runs it through the gateway; it owns its gateways, closed with the
+    cache, or by its caller when ``cache=False``).
 
     Raises ``UsageError`` when no plugin builds one or the answer is not an Agent/Swarm.
     """
     from aworld_core.plugins import get_plugin_manager
 
     manager = manager or get_plugin_manager()
+    if job.agent.openai_agent:
+        from aworld_core.worker.openai_agent import OpenAIAgent
+
+        if not cache:
+            return OpenAIAgent.from_job(job)
+        return _agents.get((id(manager), job_key(job)), lambda: OpenAIAgent.from_job(job))
     if not cache:
         return _build_agent(job, settings, manager)
     return _agents.get((id(manager), job_key(job)), lambda: _build_agent(job, settings, manager))
@@ -128,10 +148,12 @@ def tool_parser_of(
 
 
 def check_agent(agent: Any, source: str) -> Any:
-    """``agent`` when it is an ``Agent`` or ``Swarm``; else a ``UsageError`` naming ``source``."""
+    """``agent`` when it is an ``Agent``, a ``Swarm`` or an ``OpenAIAgent`` (what the kit runs);
+    else a ``UsageError`` naming ``source``."""
     from aworld_core.agents import Agent, Swarm
+    from aworld_core.worker.openai_agent import OpenAIAgent
 
-    if not isinstance(agent, (Agent, Swarm)):
+    if not isinstance(agent, (Agent, Swarm, OpenAIAgent)):
         raise UsageError(f"{source} returned {type(agent).__name__}; it must return an aworld_core.Agent or "
                          f"aworld_core.Swarm")
     return agent

@@ -1,21 +1,26 @@
-"""Agents written against the OpenAI API, trained through the core's gateway.
+"""Agents written against the OpenAI API, trained through the core's gateway on every backend.
 
-``workflow.openai_agent: "module:function"`` names ``async def function(sample, *, base_url,
-api_key, model) -> str | None``. :class:`OpenAIAgent` stands where the job's ``Agent`` would: the
-worker kit runs it through the ``rollout`` hook, which aworld-areal's plugin answers for it
+``agent: {openai_agent: "module:function"}`` in the job names ``async def function(sample, *,
+base_url, api_key, model) -> str | None``; a plain ``def`` (a blocking client such as smolagents)
+runs in a thread, so the event loop serving the gateway stays free. The worker kit's ``build_agent`` answers such a job with an :class:`OpenAIAgent`
+where it would build the job's ``Agent``, and the core's ``rollout`` hook runs it
 (:func:`run_openai_episode`), so failures, scoring, the group policy and ``on_episode_end`` are the
-kit's, as for any agent. Every call the function makes to ``base_url`` (the gateway's per-episode
-URL, ``/sessions/<episode id>/v1``) lands in that episode's token record. :class:`Gateways` serves
-one gateway per event loop and token client.
+kit's, as for any agent, and every backend that runs the kit's ``EpisodeRunner`` over a
+``TokenLLM`` trains it. Every call the function makes to ``base_url`` (the gateway's per-episode URL,
+``/sessions/<episode id>/v1``) lands in that episode's token record; a client that re-serializes its
+history (smolagents) or compacts it makes the episode several token-exact segments.
+
+Each :class:`OpenAIAgent` owns its :class:`Gateways` (one gateway per event loop and token client,
+started on first use); the kit's agent cache closes them with the agent (``clear_caches``, at exit).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from aworld_core import maybe_await
@@ -24,46 +29,71 @@ from aworld_core.schemas import Episode, EpisodeStatus, RolloutContext, Sample, 
 
 logger = logging.getLogger(__name__)
 
+#: where the job names such an agent (the one spelling; messages name it)
+SETTING = "agent.openai_agent"
 
-@dataclass(frozen=True)
+
 class OpenAIAgent:
-    """The agent function and where its gateway comes from (``gateway(llm)``: the serving
-    ``GatewayServer`` over ``llm`` on the running loop)."""
+    """The agent function (``ref``, imported as ``func``) and the gateways its episodes call."""
 
-    ref: str
-    func: Callable[..., Any]
-    gateway: Callable[[Any], Awaitable[Any]]
+    def __init__(self, ref: str, func: Callable[..., Any], gateways: Gateways | None = None):
+        self.ref = ref
+        self.func = func
+        self.gateways = gateways if gateways is not None else Gateways()
 
     @property
     def name(self) -> str:
         return self.ref
 
     @classmethod
-    def load(cls, ref: str, base_dir: str | None, gateway: Callable[[Any], Awaitable[Any]]) -> OpenAIAgent:
+    def load(cls, ref: str, base_dir: str | None = None) -> OpenAIAgent:
         """Import ``ref``; ``UsageError`` when it is not a function."""
         from aworld_core import import_ref
 
         func = import_ref(ref, base_dir)
         if not callable(func):
-            raise UsageError(f"workflow.openai_agent {ref!r} is not a function")
-        return cls(ref, func, gateway)
+            raise UsageError(f"{SETTING} {ref!r} is not a function (it is {type(func).__name__}); it must be "
+                             "async def f(sample, *, base_url, api_key, model) -> str | None")
+        return cls(ref, func)
+
+    @classmethod
+    def from_job(cls, job: Any) -> OpenAIAgent:
+        """The agent ``job.agent.openai_agent`` names."""
+        ref = job.agent.openai_agent
+        if not ref:
+            raise UsageError(f"the job has no {SETTING}")
+        return cls.load(ref, getattr(job, "base_dir", None))
+
+    async def call(self, sample: Sample, **endpoint: Any) -> Any:
+        """The function's answer: a coroutine function awaited here; a plain function (a blocking
+        client such as smolagents) in a thread, so the loop that serves the gateway stays free."""
+        if inspect.iscoroutinefunction(self.func):
+            return await self.func(sample, **endpoint)
+        return await maybe_await(await asyncio.to_thread(self.func, sample, **endpoint))
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop this agent's gateways (from any thread); a later episode starts a new one."""
+        self.gateways.close(timeout_s)
+
+    def __repr__(self) -> str:
+        return f"OpenAIAgent({self.ref!r})"
 
 
 async def run_openai_episode(agent: OpenAIAgent, sample: Sample, llm: Any, context: Any) -> Episode:
     """One episode of ``agent`` through the gateway over ``llm``; failures are recorded, never raised."""
     if llm is None:
-        raise UsageError("an OpenAI-API agent trains through a token client; the rollout got llm=None")
+        raise UsageError(f"{SETTING} trains through a token client (the gateway serves the trained policy); "
+                         "the rollout got llm=None")
     ctx = RolloutContext.of(context)
     episode_id = ctx.episode_id or new_id("ep-")
-    server = await agent.gateway(llm)
+    server = await agent.gateways(llm)
     episode = Episode(id=episode_id, task_id=ctx.task_id or sample.id, agent_id=agent.ref)
     episode.metadata.update({"agent_style": "openai", **ctx.episode_metadata()})
     deadline = asyncio.timeout(ctx.timeout)
     try:
         async with deadline:
-            answer = await maybe_await(
-                agent.func(sample, base_url=server.session_base_url(episode_id), api_key="aworld", model=server.model_name)
-            )
+            answer = await agent.call(sample, base_url=server.session_base_url(episode_id), api_key="aworld",
+                                      model=server.model_name)
     except TimeoutError as exc:
         if deadline.expired():
             episode.finish(EpisodeStatus.TIMEOUT, f"the episode exceeded its {ctx.timeout:g} s timeout")
@@ -75,7 +105,7 @@ async def run_openai_episode(agent: OpenAIAgent, sample: Sample, llm: Any, conte
         if answer is not None and not isinstance(answer, str):
             episode.finish(
                 EpisodeStatus.FAILED,
-                f"openai_agent {agent.ref!r} returned {type(answer).__name__}; it must return the final answer "
+                f"{SETTING} {agent.ref!r} returned {type(answer).__name__}; it must return the final answer "
                 "text (or None)",
             )
         else:
@@ -91,7 +121,7 @@ async def run_openai_episode(agent: OpenAIAgent, sample: Sample, llm: Any, conte
 
 class Gateways:
     """The core's OpenAI-compatible gateway over a ``TokenLLM``, served on loopback by the running
-    event loop (AReaL's rollout loop): one per loop and client, started on first use, stopped by
+    event loop (a backend's rollout loop): one per loop and client, started on first use, stopped by
     :meth:`close` (from any thread)."""
 
     def __init__(self) -> None:

@@ -49,8 +49,11 @@ WORKFLOW_OPTIONS = {
     "chat_template": "a .jinja file or template text; null: model.chat_template, else the tokenizer's",
     "tool_parser": "how tool calls are parsed; null: model.tool_parser",
     "eval_temperature": "sampling temperature for validation episodes; null: eval_gconfig's",
-    "openai_agent": "'module:function' of an async agent written against the OpenAI API, run instead of 'agent'",
 }
+OPENAI_AGENT_MOVED = (
+    "the OpenAI-API agent is given in the job now, on every backend: agent: {openai_agent: 'module:function'} "
+    "(it replaces backends.areal.workflow.openai_agent and AworldWorkflow(openai_agent=...))"
+)
 WORKFLOW_DEFAULTS: dict[str, Any] = {"reward_processes": 2, "reward_timeout_s": 60.0}
 RUN_OPTIONS_KEY = "aworld"
 # backends.areal.aworld: what the run writes around AReaL's trainer (aworld_areal.run)
@@ -265,6 +268,9 @@ def workflow_options(job: Any, options: dict[str, Any]) -> dict[str, Any]:
             f"backends.areal.{WORKFLOW_KEY} must be a mapping of workflow options, got {options!r}",
             [(f"backends.areal.{WORKFLOW_KEY}", options, "a mapping")],
         )
+    if "openai_agent" in options:
+        raise ConfigError(OPENAI_AGENT_MOVED, [(f"backends.areal.{WORKFLOW_KEY}.openai_agent", options["openai_agent"],
+                                                "removed; agent.openai_agent set instead")])
     unknown = sorted(set(options) - set(WORKFLOW_OPTIONS))
     if unknown:
         known = "\n".join(f"  {k}: {v}" for k, v in WORKFLOW_OPTIONS.items())

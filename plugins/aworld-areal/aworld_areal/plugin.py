@@ -1,5 +1,6 @@
-"""aworld-areal's registration and hooks: the ``areal`` backend (AReaL 1.0.4 asynchronous GRPO), one
-object, and the rollout of agents written against the OpenAI API (``workflow.openai_agent``)."""
+"""aworld-areal's registration: the ``areal`` backend (AReaL 1.0.4 asynchronous GRPO), one object.
+(Agents written against the OpenAI API are the job's ``agent.openai_agent``, run by the core's
+``rollout`` hook on every backend.)"""
 
 from __future__ import annotations
 
@@ -48,16 +49,6 @@ def _gpus(backend: Any) -> int | None:
     for value in dims.values():
         count *= int(value)
     return count
-
-
-@hookimpl(tryfirst=True)
-def rollout(agent: Any, sample: Any, llm: Any, context: Any) -> Any:
-    """Run an OpenAI-API agent (``workflow.openai_agent``) through the gateway; pass on any other agent."""
-    from aworld_areal.openai_agent import OpenAIAgent, run_openai_episode
-
-    if not isinstance(agent, OpenAIAgent):
-        return None
-    return run_openai_episode(agent, sample, llm, context)
 
 
 def launch(job: Any, plan: LaunchPlan) -> TrainResult:

@@ -19,9 +19,11 @@ workflow wrapped anyway refuses with a ``UsageError``.
 **Everything costly is built once per process.** AReaL constructs the workflow from its import
 path and kwargs for every submitted prompt (``RemoteInfEngine._resolve_workflow``), so an instance
 is a handle on a :class:`WorkflowState` cached per job and options (the kit's ``WorkerCache``): the
-job, tokenizer (the kit's ``shared_tokenizer``), agent, one ``TokenLLM``/``EpisodeRunner`` per
-engine, one gateway per event loop and engine, the counters (the kit's ``StepRecorder``).
-:func:`close_workflow_states` (also run at exit) stops the gateways and the reward processes.
+job, tokenizer (the kit's ``shared_tokenizer``), agent (the kit's ``build_agent``: the job's
+``Agent``, or the ``OpenAIAgent`` that ``agent.openai_agent`` names, with its gateways), one
+``TokenLLM``/``EpisodeRunner`` per engine, the counters (the kit's ``StepRecorder``).
+:func:`close_workflow_states` (also run at exit) stops an OpenAI-API agent's gateways and the
+reward processes.
 
 **``rollout.max_failed_steps`` stops AReaL's rollouts, not just this workflow.** The kit's
 ``StepRecorder`` counts ``groups_per_step`` groups as a step; once it trips, this workflow stops
@@ -39,9 +41,9 @@ from typing import Any
 
 from areal.api.workflow_api import RolloutWorkflow
 
+from aworld_areal.config import OPENAI_AGENT_MOVED
 from aworld_areal.data import sample_from_row
 from aworld_areal.engine import ArealTokenEngine, as_gconfig
-from aworld_areal.openai_agent import Gateways, OpenAIAgent
 from aworld_areal.scoring import TRUNCATED, RewardScorer, shutdown_pools
 from aworld_areal.stopping import STOP_GRACE_S, logger, stop_areal
 from aworld_areal.tensors import group_tensors
@@ -53,6 +55,7 @@ from aworld_core.worker import (
     EpisodeGroup,
     EpisodeRunner,
     GroupPolicy,
+    OpenAIAgent,
     StepRecorder,
     WorkerCache,
     build_agent,
@@ -88,7 +91,6 @@ class WorkflowOptions:
     reward_processes: int = 0
     reward_timeout_s: float = 60.0
     reject_truncated: bool = False
-    openai_agent: str | None = None
     groups_per_step: int | None = None
     trajectories: str | None = None  # a JSONL file: every training group's episodes are appended (train adds it)
 
@@ -114,12 +116,9 @@ class WorkflowState:
             job.reward, base_dir=job.base_dir, processes=options.reward_processes, timeout_s=options.reward_timeout_s,
             turn_discount=options.turn_discount, reject_truncated=options.reject_truncated,
         )
-        self.gateways = Gateways()  # for an OpenAI-API agent: one per event loop and engine
-        if options.openai_agent is not None:
-            _require_areal_plugin()
-            self.agent: Any = OpenAIAgent.load(options.openai_agent, job.base_dir, self.gateways)
-        else:
-            self.agent = build_agent(job)
+        # the job's Agent, or its OpenAI-API agent (agent.openai_agent): the state owns it, so closing
+        # the state stops that agent's gateways (one per event loop and engine)
+        self.agent: Any = build_agent(job, cache=False)
         # tallies, a log line per untrained member, and the all-failed stop over groups_per_step groups
         self.outcomes = StepRecorder(logger, max_failed_steps=self.policy.max_failed_steps,
                                      groups_per_step=options.groups_per_step)
@@ -156,8 +155,10 @@ class WorkflowState:
         )
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Stop this state's gateways (from any thread) and close its trajectory file."""
-        self.gateways.close(timeout_s)
+        """Stop this state's gateways (an OpenAI-API agent's; from any thread) and close its
+        trajectory file."""
+        if isinstance(self.agent, OpenAIAgent):
+            self.agent.close(timeout_s)
         with self._lock:
             if self._trajectories is not None:
                 self._trajectories.close()
@@ -242,19 +243,6 @@ class WorkflowState:
         })
 
 
-def _require_areal_plugin() -> None:
-    from aworld_areal import plugin
-    from aworld_core import get_plugin_manager
-
-    impls = get_plugin_manager().hook.rollout.get_hookimpls()
-    if not any(impl.function is plugin.rollout for impl in impls):
-        raise UsageError(
-            "workflow.openai_agent is run by aworld-areal's plugin (entry point 'areal', the rollout hook), "
-            "which is not loaded in this process: install aworld-areal and remove 'areal' from "
-            "AWORLD_DISABLE_PLUGINS"
-        )
-
-
 def workflow_state(job: Any, gconfig: Any, tokenizer: Any, options: WorkflowOptions) -> WorkflowState:
     """The process's state for ``job`` (JSON text, dict, file path or ``JobConfig``) and options,
     built on first use (the job parsed, the tokenizer loaded, the agent built: once)."""
@@ -287,14 +275,16 @@ class AworldWorkflow(RolloutWorkflow):
     ``turn_discount ** (turns - 1)``. ``max_response_tokens`` caps the episode's response (sampled +
     tool tokens); ``None`` lets ``gconfig.max_tokens`` bound the context. ``reward_processes > 0``
     scores in that many processes (``reward_timeout_s`` each). ``reject_truncated`` does not train
-    episodes cut by length. ``openai_agent`` (``module:function``) runs an agent written against the
-    OpenAI API instead of the job's ``Agent`` (see ``aworld_areal.openai_agent``).
+    episodes cut by length. An agent written against the OpenAI API is the job's
+    ``agent.openai_agent`` (see ``aworld_core.worker.openai_agent``), as on every backend.
     ``groups_per_step`` (set by ``train``: the train batch size) turns on ``rollout.max_failed_steps``.
 
     Instances are cheap handles: the state behind them is shared per process (see the module doc).
     """
 
     def __init__(self, job: str | dict[str, Any] | JobConfig, gconfig: Any, tokenizer: str | Any, **options: Any):
+        if "openai_agent" in options:
+            raise UsageError(OPENAI_AGENT_MOVED)
         unknown = sorted(set(options) - set(WorkflowOptions.__dataclass_fields__))
         if unknown:
             raise UsageError(f"unknown AworldWorkflow option(s) {unknown}; the options are "
