@@ -134,3 +134,63 @@ def test_trl_private_api_the_segment_rows_use():
     assert 'inputs["num_items_in_batch"]' in loss and '"dapo"' in loss
     fields = GRPOConfig.__dataclass_fields__
     assert fields["loss_type"].default == "dapo" and fields["scale_rewards"].default == "group"
+
+
+SMOLAGENTS = "aworld_core.testing.smolagents_client:smolagents_agent"
+
+
+def _longer_context(model_dir: Path, to: Path) -> Path:
+    """The tool model with 1024 positions (rotary: no new weights) instead of 256: smolagents' second
+    call re-sends its whole memory (the task, the tool call as text, the observation or error)."""
+    import json
+    import shutil
+
+    shutil.copytree(model_dir, to)
+    for name, key in (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length")):
+        data = json.loads((to / name).read_text())
+        data[key] = 1024
+        (to / name).write_text(json.dumps(data))
+    return to
+
+
+@pytest.mark.slow
+def test_grpo_trains_every_segment_of_a_smolagents_episode(tmp_path, tool_model_dir, recorded, write_samples):
+    """Real smolagents (``ToolCallingAgent`` over ``OpenAIServerModel``) as the job's ``agent.openai_agent``:
+    it sends its tool call back as text, so each episode is two segments (the tool call; smolagents'
+    final-answer call on the re-serialized history), both trained exactly, nothing else."""
+    pytest.importorskip("smolagents")
+    from aworld_trl.trainer import train
+
+    model_dir = _longer_context(tool_model_dir, tmp_path / "model")
+    job = _job(tmp_path, model_dir, {}, write_samples)
+    job["agent"] = {"openai_agent": SMOLAGENTS}
+    job["train_dataset"] = {"path": str(write_samples(tmp_path / "train.jsonl", 4))}
+    job["backends"]["trl"].update(max_steps=1, steps_per_generation=1, max_completion_length=48)
+    result = train(job, str(tmp_path / "run"))
+    episodes = {e.id: e for e in read_jsonl(result.artifacts["trajectories"])}
+    (batch,) = recorded
+    rows = batch["inputs"]
+    assert len(rows) == 4
+    later_rows, sampled_total = len(rows), 0
+    for i, row in enumerate(rows):
+        episode = episodes[row["aworld_episode_id"]]
+        segments = episode_segments(episode)
+        assert episode.metadata["agent_style"] == "openai" and len(segments) == 2, episode.error
+        assert segments[1].start == "rewrite"  # smolagents re-serialized its history
+        places = [i, later_rows]  # the first segment is TRL's own row; the second is appended
+        later_rows += 1
+        for segment, place in zip(segments, places, strict=True):
+            prompt, ids, mask, _ = _rows(batch, place)
+            assert prompt == segment.prompt_ids
+            assert ids == segment.response_ids and mask == segment.response_mask
+            assert batch["sampling_per_token_logps"][place, : len(ids)].tolist() == pytest.approx(
+                segment.response_logprobs)  # the engine's own logprobs
+            assert segment.sampled_tokens > 0
+            sampled_total += segment.sampled_tokens
+        # the second segment's prompt is smolagents' re-serialized memory (its first call as text), not the
+        # first segment continued: it is all prompt (mask 0), and its own sampled ids train
+        first = segments[0].prompt_ids + segments[0].response_ids
+        assert segments[1].prompt_ids[: len(first)] != first
+    loss_mask = batch["completion_mask"] * batch["tool_mask"]
+    assert loss_mask.sum().item() == sampled_total == batch["num_items_in_batch"].item()
+    assert loss_mask[later_rows:].sum().item() == 0

@@ -75,6 +75,10 @@ class OpenAIAgent:
         """Stop this agent's gateways (from any thread); a later episode starts a new one."""
         self.gateways.close(timeout_s)
 
+    async def aclose(self, timeout_s: float = 10.0) -> None:
+        """:meth:`close` from a coroutine (a gateway served by this very loop is awaited there)."""
+        await asyncio.to_thread(self.close, timeout_s)
+
     def __repr__(self) -> str:
         return f"OpenAIAgent({self.ref!r})"
 

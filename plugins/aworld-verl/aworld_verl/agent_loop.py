@@ -36,6 +36,7 @@ from aworld_core.worker import (
     EpisodeGroup,
     GroupPolicy,
     Member,
+    OpenAIAgent,
     agent_from_ref,
     build_agent,
     check_agent,
@@ -210,6 +211,11 @@ class AworldAgentLoop(AgentLoopBase):
         if self.episode_timeout_s is not None:
             options["timeout"] = self.episode_timeout_s
         if self.max_steps is not None:
+            if isinstance(agent, OpenAIAgent):
+                raise UsageError(
+                    f"max_steps={self.max_steps} in the agent-loop YAML entry cannot limit agent.openai_agent "
+                    f"{agent.ref!r} (the function runs its own loop): remove max_steps from the entry"
+                )
             options["max_steps"] = self.max_steps
         if self.job is not None:
             return EpisodeRunner.from_job(self.job, state.llm, agent=agent, **options)
