@@ -93,7 +93,7 @@ class Server:
         self.log = log
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "aworld_core.serve", "--port", str(self.port), "--log-level", "warning", *args],
+                [sys.executable, "-m", "aworld_service.serve", "--port", str(self.port), "--log-level", "warning", *args],
                 env={**os.environ, **env},
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -127,8 +127,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def part_submit(args: argparse.Namespace, work: Path) -> None:
+    from aworld_service.client import AworldTaskClient
+
     from aworld_core.schemas import AworldTask
-    from aworld_core.service.client import AworldTaskClient
 
     server = Server(
         ["--agents", f"noop={THIS_FILE}:noop", "--store", f"sqlite:///{work / 'submit.sqlite'}",
@@ -171,8 +172,9 @@ async def part_submit(args: argparse.Namespace, work: Path) -> None:
 
 
 async def collect(hosts: int, args: argparse.Namespace, work: Path, llm_url: str, store: str | None) -> float:
+    from aworld_service.client import AworldTaskClient
+
     from aworld_core.schemas import AworldTask
-    from aworld_core.service.client import AworldTaskClient
 
     servers = []
     try:

@@ -8,7 +8,7 @@ without notice) is ``aworld_core.plugin_api.PUBLIC_MODULES``: this module's ``__
 kit ``aworld_core.worker``, the contract modules ``hookspecs``, ``specs``, ``config``, ``schemas``,
 ``errors``, the launcher side ``launch``, ``vllm_server``, ``evaluate``, ``plots``, the process
 rules ``secrets`` and ``offline``, the front doors of ``agents``, ``llm``, ``tokens``,
-``datasets``, ``rewards``, ``export``, ``trajectories``, ``gateway``, ``service``, the test kit
+``datasets``, ``rewards``, ``export``, ``trajectories``, ``gateway``, the test kit
 ``testing``, and the command lines' ``main``. ``make test`` holds every plugin and example to it;
 docs/writing-a-plugin.md ("The plugin API") lists it.
 """
@@ -59,15 +59,25 @@ _EXPORTS: dict[str, str] = {
     "HFTokenEngine": "aworld_core.tokens.hf_engine",
     "Gateway": "aworld_core.gateway.app",
     "OpenAICompatibleLLM": "aworld_core.llm.openai_http",
-    "AworldTaskClient": "aworld_core.service",
     "AworldTask": "aworld_core.schemas",
     "TaskStatus": "aworld_core.schemas",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
+# names that moved to another distribution: asking for one says which to install (an ImportError,
+# so ``from aworld_core import AworldTaskClient`` shows it instead of "cannot import name")
+_MOVED: dict[str, str] = {
+    "AworldTaskClient": "the task service is its own distribution (pip install aworld-service); "
+    "import it with `from aworld_service import AworldTaskClient`",
+}
+_lazy_getattr = lazy_exports(__name__, _EXPORTS)
 
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+
+def __getattr__(name: str) -> object:
+    if name in _MOVED:
+        raise ImportError(f"aworld_core.{name} moved: {_MOVED[name]}", name=name)
+    return _lazy_getattr(name)
 
 
 def __dir__() -> list[str]:

@@ -13,8 +13,9 @@ and calls (its planner, its launcher, its SFT planner, its capabilities); no plu
 Phases, in the order the core calls them:
 
 1. **Registration**: ``register_backends``, ``register_environments``, ``register_rewards``,
-   ``register_reward_conventions``, ``register_datasets``. Called once per process when the catalog is first needed
-   (``--list``, selecting a backend, resolving a reward). Every plugin's answer is kept.
+   ``register_reward_conventions``, ``register_datasets``, ``register_commands``. Called once per
+   process when the catalog is first needed (``--list``, selecting a backend, resolving a reward,
+   running a plugin's command). Every plugin's answer is kept.
 2. **Build**: ``build_agents``. Called by ``AgentTrainer``, the CLI and backend workers in
    other processes to get the agent (or swarm) a job trains.
 3. **Launch** (not hooks): validation checks the job against the selected backend's declared
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from aworld_core.config import JobConfig
     from aworld_core.schemas import Episode, RolloutContext, Sample
     from aworld_core.settings import AworldSettings
-    from aworld_core.specs import Backend, DatasetSpec, EnvironmentSpec, RewardConvention, RewardSpec
+    from aworld_core.specs import Backend, Command, DatasetSpec, EnvironmentSpec, RewardConvention, RewardSpec
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,6 +117,23 @@ def register_datasets() -> list[DatasetSpec]:
 
     :returns: a list of :class:`~aworld_core.specs.DatasetSpec`.
     Called: once per process, when the catalog is first built.
+    """
+
+
+@hookspec
+def register_commands() -> list[Command]:
+    """Declare ``aworld`` subcommands (``aworld serve ...``) this plugin provides.
+
+    :returns: a list of :class:`~aworld_core.specs.Command`: its name, a one-line description
+        (``--list`` shows it) and its ``main(argv) -> int``, called with the arguments after the
+        name. Two distributions declaring the same name is an error naming both, as for backends.
+    Called: once per process, when the catalog is first built (``aworld NAME``, ``--list``).
+
+    Example (aworld-service's)::
+
+        @hookimpl
+        def register_commands():
+            return [Command("serve", "run a task server", "aworld_service.serve:main")]
     """
 
 

@@ -77,7 +77,8 @@ PUBLIC_MODULES: dict[str, tuple[str, ...] | None] = {
     "aworld_core.rewards": None,
     "aworld_core.trajectories": None,
     "aworld_core.gateway": None,
-    "aworld_core.service": None,
+    # MCP configs as agents and jobs take them (the task service checks a task's own)
+    "aworld_core.tools.mcp_config": ("parse_mcp_config",),
     # several policies in one job (docs/multi-policy.md): the sections and credit helpers, the per-agent
     # clients a backend passes to the runtime, one policy's view of an engine serving several adapters
     "aworld_core.policies": None,

@@ -29,8 +29,8 @@ import pluggy
 
 from aworld_core import hookspecs
 from aworld_core.aio import maybe_await as maybe_await  # re-export: plugins import it from here
-from aworld_core.errors import PluginConflictError, UnknownBackendError, UnknownHookError
-from aworld_core.specs import Backend, DatasetSpec, EnvironmentSpec, RewardConvention, RewardSpec
+from aworld_core.errors import PluginConflictError, UnknownBackendError, UnknownHookError, UsageError
+from aworld_core.specs import Backend, Command, DatasetSpec, EnvironmentSpec, RewardConvention, RewardSpec
 
 # the core's own plugins, registered by module name (imported when a manager is built)
 DEFAULT_PLUGINS: tuple[str, ...] = ("aworld_core.builtin",)
@@ -47,6 +47,10 @@ PUBLISHED_BACKENDS: dict[str, str] = {
     "areal": "aworld-areal[areal]",
     "swift": "aworld-swift[swift]",
 }
+
+# The ``aworld`` subcommands this project's distributions add (command -> the distribution that
+# registers it): as for backends, only so that a missing one is named with its install command.
+PUBLISHED_COMMANDS: dict[str, str] = {"serve": "aworld-service"}
 
 # hooks that were removed, and what replaced them: a plugin still implementing one is told
 REMOVED_HOOKS: dict[str, str] = {
@@ -65,6 +69,14 @@ def backend_install_hint(name: str) -> str:
             f"a third-party backend comes with the distribution that registers it"
         )
     return f"install it with: pip install {f'{requirement!r}' if '[' in requirement else requirement}"
+
+
+def command_install_hint(name: str) -> str:
+    """How to get a missing ``aworld`` subcommand: the distribution that adds it, if this project has one."""
+    dist = PUBLISHED_COMMANDS.get(name)
+    if dist is None:
+        return "no distribution of this project provides it; a plugin's command comes with the plugin"
+    return f"the '{name}' command comes with {dist}: pip install {dist}"
 
 
 @dataclass(frozen=True)
@@ -134,8 +146,8 @@ class Provided:
 
 @dataclass
 class Catalog:
-    """Backends, environments, rewards, reward conventions and datasets, by name, with conflicts kept
-    aside."""
+    """Backends, environments, rewards, reward conventions, datasets and commands, by name, with
+    conflicts kept aside."""
 
     kinds: dict[str, dict[str, Provided]] = field(default_factory=dict)
     conflicts: dict[tuple[str, str], list[Provided]] = field(default_factory=dict)
@@ -168,6 +180,18 @@ class Catalog:
             )
         return provided.spec
 
+    def command(self, name: str) -> Command:
+        """The ``aworld`` subcommand registered as ``name``; ``UsageError`` naming the installed ones
+        and the distribution that adds it when it is not installed."""
+        provided = self.get("command", name)
+        if provided is None:
+            installed = ", ".join(sorted(self.items("command"))) or "none"
+            raise UsageError(
+                f"unknown command '{name}': {command_install_hint(name)} (installed commands: {installed}; "
+                f"to run a job: aworld --config job.yaml; see aworld --list)"
+            )
+        return provided.spec
+
 
 _KINDS = {
     "backend": ("register_backends", Backend),
@@ -175,6 +199,7 @@ _KINDS = {
     "reward": ("register_rewards", RewardSpec),
     "reward_convention": ("register_reward_conventions", RewardConvention),
     "dataset": ("register_datasets", DatasetSpec),
+    "command": ("register_commands", Command),
 }
 
 

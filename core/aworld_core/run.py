@@ -3,6 +3,7 @@
     python -m aworld_core.run --list
     python -m aworld_core.run --backend trl --config job.yaml [key.path=value ...]
     python -m aworld_core.run --backend verl --config job.yaml --dry-run
+    python -m aworld_core.run COMMAND [args ...]     (a plugin's subcommand, e.g. aworld-service's serve)
 
 Exit codes: 0 success, 1 failure at run time, 2 bad input (arguments, config, unknown names).
 """
@@ -27,7 +28,9 @@ def _parser() -> argparse.ArgumentParser:
             "Without output_dir a job writes to $AWORLD_OUTPUT_ROOT/<name> (default runs/<name>) under "
             "the current directory. A model.path / model.tokenizer that does not start with / ~ ./ ../ "
             "and does not exist (beside the config; for an override, here) is a hub id, left as "
-            "written. Rules: docs/architecture.md, 'Paths'."
+            "written. Rules: docs/architecture.md, 'Paths'. "
+            "Installed plugins may add commands: aworld COMMAND [args ...] (--list shows them; "
+            "aworld COMMAND --help describes one)."
         ),
     )
     parser.add_argument("--backend", help="backend name (see --list); default: the job's, else 'trl'")
@@ -84,6 +87,12 @@ def print_listing(out: TextIO) -> None:
             out.write("  (none)\n")
         for name, item in items:
             out.write(f"  {name:<{name_w}} {item.distribution:<{dist_w}} {item.spec.description}\n")
+    out.write("Commands:\n")
+    commands = sorted(catalog.items("command").items())
+    if not commands:
+        out.write("  (none)\n")
+    for name, item in commands:
+        out.write(f"  {name:<{name_w}} {item.distribution:<{dist_w}} {item.spec.description}\n")
     conventions = sorted(catalog.items("reward_convention").items())
     if conventions:  # beyond the core's plain and trajectory-aware ones
         out.write("Reward conventions:\n")
@@ -148,10 +157,33 @@ def _guard_secret_overrides(overrides: list[str]) -> None:
         )
 
 
+def is_command_word(text: str) -> bool:
+    """Whether the first argument names a plugin's subcommand: a job's arguments are options
+    (``-...``) and ``key.path=value`` overrides, so a bare word never was one of them."""
+    return not text.startswith("-") and "=" not in text
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    """``aworld NAME args...``: the subcommand a plugin registered (``register_commands``), or exit 2
+    naming the distribution that adds it."""
+    from aworld_core.plugins import get_plugin_manager
+    from aworld_core.secrets import mask
+
+    try:
+        command = get_plugin_manager().catalog().command(name)
+    except AworldError as exc:
+        sys.stderr.write(mask(f"error: {exc}\n"))
+        return exc.exit_code
+    return command.run(argv)
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     from aworld_core.secrets import install_log_masking, mask, register_settings_secrets
 
     out = out or sys.stdout
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and is_command_word(argv[0]):
+        return run_command(argv[0], argv[1:])
     args = _parser().parse_args(argv)
     install_log_masking()
     try:

@@ -425,7 +425,8 @@ class TrainResult(_Model):
 
 
 # ---------------------------------------------------------------------------------------------
-# The task service (aworld_core.service): tasks clients submit, their states and results
+# The task service's wire types (the aworld-service distribution): tasks clients submit, their
+# states and results. They live here because the trainer reads downloaded results without it.
 # ---------------------------------------------------------------------------------------------
 
 # Task ids travel in URL paths, comma-separated query lists and file names: no whitespace,
@@ -436,7 +437,7 @@ TASK_ID_PATTERN = r"^[^\s/?#%,]+$"
 class TaskStatus(str, Enum):
     """Where a task is. INIT -> RUNNING -> SUCCESS / FAILED / CANCELLED / TIMEOUT.
 
-    The allowed moves are in ``aworld_core.service.states``; the stores apply them atomically.
+    The allowed moves are in ``aworld_service.states``; the stores apply them atomically.
     """
 
     INIT = "init"

@@ -1,5 +1,5 @@
 """What a plugin declares it provides: backends, tool environments, rewards, reward conventions,
-datasets.
+datasets, command-line subcommands.
 
 Plugins return these from the ``register_*`` hooks; the core collects them into a catalog
 (``aworld_core.plugins``) tagged with the distribution that provided each one. Each carries its
@@ -257,3 +257,28 @@ class DatasetSpec:
     description: str
     loader: Callable[..., Any] | str
     options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Command:
+    """An ``aworld NAME ...`` subcommand (``register_commands``): ``main(argv) -> int`` gets the
+    arguments after the name and returns the exit code (2 for bad input).
+
+    Why a registration and not a hard-coded subparser: the core's command line runs jobs; a
+    distribution that adds a server or a tool (aworld-service adds ``aworld serve``) brings its
+    command with it, and the core never names it. Give ``main`` as an import reference
+    (``"my_pkg.cli:main"``) so ``aworld --list`` imports nothing heavy.
+    """
+
+    name: str
+    description: str
+    main: Callable[[list[str]], int] | str
+
+    def __post_init__(self) -> None:
+        # a word the job command line could take for something else is refused at registration
+        if not self.name or self.name.startswith("-") or "=" in self.name or any(c.isspace() for c in self.name):
+            raise ValueError(f"command name {self.name!r}: use one word, not starting with '-', without '='")
+
+    def run(self, argv: list[str]) -> int:
+        """Call the command's ``main`` with the arguments after its name."""
+        return int(_resolve(self.main)(list(argv)) or 0)

@@ -30,7 +30,7 @@ stop() {
 trap stop EXIT INT TERM
 
 for port in 9299 9399 9499; do
-    "$PYTHON" -m aworld_core.serve --port "$port" --agents "$AGENTS" --store "$STORE" \
+    "$PYTHON" -m aworld_service.serve --port "$port" --agents "$AGENTS" --store "$STORE" \
         >"$WORK/server-$port.log" 2>&1 &
     pids+=("$!")
 done

@@ -4,7 +4,7 @@
 
 1. **student**: a fresh tiny Qwen2 with the CPU demo's tokenizer and random weights
    (``runs/sft-from-trajectories/student``); it cannot even write the answer format.
-2. **collect**: the calculator MCP server and three task servers (``python -m aworld_core.serve``,
+2. **collect**: the calculator MCP server and three task servers (``python -m aworld_service.serve``,
    each its own SQLite store) run the teacher (``teacher.py``); one ``AworldTaskClient`` with
    ``know_hosts`` of all three submits every training problem ``--attempts`` times, waits, and
    downloads the trajectories (``results.jsonl``, task results with their episodes).
@@ -82,7 +82,7 @@ class Calculator:
 
 
 class TaskServer:
-    """``python -m aworld_core.serve`` running the teacher, with its own SQLite store."""
+    """``python -m aworld_service.serve`` running the teacher, with its own SQLite store."""
 
     def __init__(self, work: Path, index: int, student: Path, calculator: Calculator, concurrency: int,
                  teacher_delay_s: float = 0.0):
@@ -96,7 +96,7 @@ class TaskServer:
                "AWORLD_SFT_TEACHER_DELAY_S": str(teacher_delay_s)}
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "aworld_core.serve", "--port", str(self.port), "--log-level", "warning",
+                [sys.executable, "-m", "aworld_service.serve", "--port", str(self.port), "--log-level", "warning",
                  "--agents", f"teacher={TEACHER}:solve", "--store", f"sqlite:///{store}", "--reward", "exact_answer",
                  "--concurrency", str(concurrency), "--poll-s", "0.05", "--lease-s", "120"],
                 env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -124,7 +124,7 @@ class TaskServer:
 
 
 async def _submit_and_download(hosts: list[str], tasks: list[Any], output: Path) -> list[Any]:
-    from aworld_core.service import AworldTaskClient
+    from aworld_service import AworldTaskClient
 
     async with AworldTaskClient(know_hosts=hosts, batch_size=20) as client:  # small batches spread over hosts
         await client.submit_tasks(tasks)

@@ -146,6 +146,55 @@ def test_list_shows_core_and_every_plugin_with_distribution_and_version():
     verl_line = next(line for line in backends.splitlines() if line.strip().startswith("verl "))
     assert "framework not installed" in verl_line and "pip install 'aworld-verl[verl]'" in verl_line
     assert "gsm8k" in out and "gaia" in out
+    # aworld-service adds `aworld serve` through register_commands; --list shows it like the others
+    assert "aworld-service 0.1.0" in out
+    commands = out.split("Commands:\n", 1)[1]
+    assert any(line.split()[:2] == ["serve", "aworld-service"] for line in commands.splitlines())
+
+
+COMMAND_PLUGIN = '''
+import sys
+from aworld_core import hookimpl
+from aworld_core.specs import Command
+
+def hello(argv):
+    print("hello " + " ".join(argv))
+    return 3 if "fail" in argv else 0
+
+@hookimpl
+def register_commands():
+    return [Command("hello", "says hello", hello), Command("hello-ref", "by reference", "aworld_hello:hello")]
+'''
+
+
+def test_a_plugin_adds_a_subcommand(tmp_path: Path):
+    site = tmp_path / "site"
+    make_dist(site, "aworld-hello", "0.2.0", {"hello": "aworld_hello"}, {"aworld_hello.py": COMMAND_PLUGIN})
+    ran = run_cli("hello", "a", "--flag", "k=v", site=site)  # everything after the name is the command's
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "hello a --flag k=v\n"
+    assert run_cli("hello-ref", "fail", site=site).returncode == 3  # its exit code is the CLI's
+    listing = run_cli("--list", site=site)
+    commands = listing.stdout.split("Commands:\n", 1)[1]
+    assert any(line.split()[:3] == ["hello", "aworld-hello", "says"] for line in commands.splitlines())
+
+
+def test_an_unknown_command_exits_2_naming_what_installs_it(tmp_path: Path):
+    # the core names no command itself: without aworld-service's plugin there is no `serve`
+    missing = run_cli("serve", "--port", "1", env={"AWORLD_DISABLE_PLUGINS": "service"})
+    assert missing.returncode == 2
+    assert "unknown command 'serve'" in missing.stderr and "pip install aworld-service" in missing.stderr
+    other = run_cli("frobnicate")
+    assert other.returncode == 2 and "unknown command 'frobnicate'" in other.stderr
+    assert "aworld --config job.yaml" in other.stderr and "serve" in other.stderr  # the installed ones
+
+
+def test_a_command_name_the_job_command_line_would_misread_is_refused():
+    from aworld_core.specs import Command
+
+    for bad in ("-x", "a=b", "two words", ""):
+        with pytest.raises(ValueError, match="use one word"):
+            Command(bad, "bad", "m:f")
 
 
 @pytest.mark.parametrize("backend", ["verl", "areal", "swift", "trl"])

@@ -205,7 +205,7 @@ def test_the_task_service_image_ships_the_agent_its_configmap_names(tmp_path: Pa
     env = {**os.environ, **data, "PYTHONPATH": str(image_path), "MCP_SERVER_TOKEN": "t" * 32}
     code = (
         "import os\n"
-        "from aworld_core.service.agents import AgentRegistry, parse_agent_specs\n"
+        "from aworld_service.agents import AgentRegistry, parse_agent_specs\n"
         "registry = AgentRegistry(parse_agent_specs(os.environ['AWORLD_TASK_AGENTS'].split(',')))\n"
         "print(sorted(registry.names), type(registry.get(registry.names[0]).agent).__name__)\n"
     )

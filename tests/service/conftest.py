@@ -120,8 +120,7 @@ def serve() -> Any:
     @contextlib.asynccontextmanager
     async def run(config: Any, **kwargs: Any) -> AsyncIterator[tuple[str, Any]]:
         import uvicorn
-
-        from aworld_core.service.server import TaskServer
+        from aworld_service.server import TaskServer
 
         port = free_port()
         server = TaskServer(config, **kwargs)
@@ -144,7 +143,7 @@ def serve() -> Any:
 
 
 class ServerProcess:
-    """``python -m aworld_core.serve`` as a separate process (kill it like a crashed host)."""
+    """``python -m aworld_service.serve`` as a separate process (kill it like a crashed host)."""
 
     def __init__(self, port: int, args: list[str], env: dict[str, str], log: Path):
         self.port = port
@@ -165,7 +164,7 @@ class ServerProcess:
     def start(self, timeout: float = 30.0) -> ServerProcess:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "aworld_core.serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args],
+                [sys.executable, "-m", "aworld_service.serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args],
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aworld_service.client import AworldTaskClient
+from aworld_service.errors import TaskServiceError
+from aworld_service.server import ServerConfig
 from service_agents import ref
 
-from aworld_core.errors import TaskServiceError, UsageError
+from aworld_core.errors import UsageError
 from aworld_core.schemas import AworldTask, TaskResult, TaskStatus
-from aworld_core.service.client import AworldTaskClient
-from aworld_core.service.server import ServerConfig
 from support.openai_stub import free_port
 
 
@@ -129,3 +130,11 @@ async def test_downloading_chosen_tasks_in_several_requests(serve: Any, tmp_path
             assert (tmp_path / "none.jsonl").read_text() == ""
             rows = [r async for r in client.iter_trajectories(status="success", task_ids=["t1", "t2"])]
             assert sorted(r.task_id for r in rows) == ["t1", "t2"]
+
+
+def test_the_client_moved_out_of_the_core_and_the_core_says_where() -> None:
+    import aworld_core
+
+    with pytest.raises(ImportError, match=r"pip install aworld-service.*from aworld_service import AworldTaskClient"):
+        aworld_core.AworldTaskClient  # noqa: B018
+    assert "AworldTaskClient" not in aworld_core.__all__

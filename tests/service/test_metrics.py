@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aworld_service.client import AworldTaskClient
 from prometheus_client.parser import text_string_to_metric_families
 from test_server import config
 
 from aworld_core.schemas import AworldTask
-from aworld_core.service.client import AworldTaskClient
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -53,7 +53,7 @@ async def test_the_endpoint_parses_and_keeps_the_metric_names(serve: Any, tmp_pa
 
 
 def test_a_status_gone_from_the_store_leaves_the_gauge() -> None:
-    from aworld_core.service.metrics import ServiceMetrics
+    from aworld_service.metrics import ServiceMetrics
 
     metrics = ServiceMetrics()
     first = metrics.render(store_counts={"init": 2, "running": 1}, running=1, concurrency=2, host='a"b')

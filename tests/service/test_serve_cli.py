@@ -1,4 +1,4 @@
-"""``python -m aworld_core.serve``: bad arguments exit 2 with a message saying what to fix;
+"""``python -m aworld_service.serve``: bad arguments exit 2 with a message saying what to fix;
 configuration also comes from ``AWORLD_TASK_*`` variables (how a container is configured)."""
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aworld_service.client import AworldTaskClient
 from service_agents import ref
 
 from aworld_core.schemas import AworldTask, TaskStatus
-from aworld_core.service.client import AworldTaskClient
 
 
 def run_serve(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AWORLD_TASK_")}
     return subprocess.run(
-        [sys.executable, "-m", "aworld_core.serve", *args],
+        [sys.executable, "-m", "aworld_service.serve", *args],
         capture_output=True, text=True, timeout=60, env={**clean, **(env or {})}, cwd=cwd,
     )  # fmt: skip
 
@@ -62,3 +62,14 @@ async def test_the_environment_configures_a_server(server_processes: Any, tmp_pa
         health = (await client.health())[f"http://{server.host}"]
         assert health["concurrency"] == 3 and health["agents"] == ["echo"]
     assert (tmp_path / "env.sqlite").exists()
+
+
+def test_aworld_serve_is_the_same_command_through_the_core_cli(tmp_path: Path) -> None:
+    """``aworld serve`` (aworld-service's register_commands) runs serve's main: the same refusals."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AWORLD_")}
+    done = subprocess.run([sys.executable, "-m", "aworld_core.run", "serve", "--agents", "calc"],
+                          capture_output=True, text=True, timeout=60, env=clean, cwd=tmp_path)
+    assert done.returncode == 2 and "bad agent spec 'calc'" in done.stderr, done.stderr
+    usage = subprocess.run([sys.executable, "-m", "aworld_core.run", "serve", "--help"],
+                           capture_output=True, text=True, timeout=60, env=clean, cwd=tmp_path)
+    assert usage.returncode == 0 and usage.stdout.startswith("usage: aworld serve")

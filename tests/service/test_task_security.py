@@ -18,15 +18,15 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aworld_service.agents import AgentRegistry, agent_for_task, task_override_problems
+from aworld_service.executor import ExecutorConfig, TaskExecutor, store_unavailable
+from aworld_service.metrics import ServiceMetrics
+from aworld_service.server import ServerConfig
+from aworld_service.store import TaskStore, open_store
 from service_agents import ref
 
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import AworldTask, Episode, EpisodeStatus, TaskStatus
-from aworld_core.service.agents import AgentRegistry, agent_for_task, task_override_problems
-from aworld_core.service.executor import ExecutorConfig, TaskExecutor, store_unavailable
-from aworld_core.service.metrics import ServiceMetrics
-from aworld_core.service.server import ServerConfig
-from aworld_core.service.store import TaskStore, open_store
 from aworld_core.tools.mcp_config import parse_mcp_config
 
 HOST_SECRET = "sk-host-secret-never-leaves-0123"
@@ -157,7 +157,7 @@ async def test_a_task_with_its_own_endpoint_sends_its_own_key(llm_stub: Any, ser
 
 
 def test_the_serve_flag_defaults_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aworld_core.serve import _parser
+    from aworld_service.serve import _parser
 
     monkeypatch.delenv("AWORLD_TASK_ALLOW_STDIO_MCP", raising=False)
     assert _parser().parse_args([]).allow_stdio_mcp is False

@@ -32,9 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aworld_core.aio import maybe_await
+from aworld_core import import_ref, maybe_await
 from aworld_core.errors import UsageError
-from aworld_core.imports import import_ref
 from aworld_core.schemas import AworldTask, Episode, EpisodeStatus, Sample
 
 AGENT_SPEC_HELP = "name=package.module:factory (or name=path/to/file.py:factory)"
@@ -195,7 +194,7 @@ def has_overrides(task: AworldTask) -> bool:
 
 def agent_for_task(agent: Any, task: AworldTask, *, allow_stdio_mcp: bool = False) -> Any:
     """A copy of ``agent`` with the task's overrides (the shared agent is never changed)."""
-    from aworld_core.agents.agent import Agent
+    from aworld_core.agents import Agent
     from aworld_core.tools.mcp_config import parse_mcp_config
 
     check_task_overrides(task, allow_stdio_mcp=allow_stdio_mcp)
@@ -264,7 +263,7 @@ async def _rollout(agent: Any, task: AworldTask, episode_id: str) -> Episode:
     """The task's episode through the worker kit (failures recorded on it; scored and observed
     later by the executor, which also owns the task's timeout and cancellation)."""
     from aworld_core.schemas import RolloutContext
-    from aworld_core.worker.episodes import EpisodeRunner
+    from aworld_core.worker import EpisodeRunner
 
     context = RolloutContext(episode_id=episode_id, task_id=task.task_id, timeout=task.timeout,
                              max_steps=task.max_steps)

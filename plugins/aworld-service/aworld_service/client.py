@@ -31,14 +31,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from aworld_core.errors import (
-    QueueFullError,
-    TaskConflictError,
-    TaskNotFoundError,
-    TaskServiceError,
-    UsageError,
-)
+from aworld_core.errors import UsageError
 from aworld_core.schemas import AworldTask, TaskAttempt, TaskResult, TaskState, TaskStatus
+from aworld_service.errors import QueueFullError, TaskConflictError, TaskNotFoundError, TaskServiceError
 
 API = "/v1"
 RETRYABLE = frozenset({429, 500, 502, 503, 504})

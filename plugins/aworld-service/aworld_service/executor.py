@@ -23,12 +23,12 @@ from typing import Any
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import AworldTask, Episode, EpisodeStatus, TaskStatus
-from aworld_core.service import states
-from aworld_core.service.agents import AgentRegistry, run_agent_task, task_sample
-from aworld_core.service.metrics import ServiceMetrics
-from aworld_core.service.store import DEFAULT_MAX_ATTEMPTS, Claim, Outcome, TaskStore
+from aworld_service import states
+from aworld_service.agents import AgentRegistry, run_agent_task, task_sample
+from aworld_service.metrics import ServiceMetrics
+from aworld_service.store import DEFAULT_MAX_ATTEMPTS, Claim, Outcome, TaskStore
 
-log = logging.getLogger("aworld_core.service")
+log = logging.getLogger("aworld_service")
 
 
 @dataclass
@@ -343,11 +343,11 @@ class TaskExecutor:
     async def _score(self, episode: Episode, task: AworldTask) -> str | None:
         """Reward (when one is configured), then the ``on_episode_end`` hooks once (the worker kit's);
         returns what the observers raised, for the task's error."""
-        from aworld_core.worker.episodes import notify_episode_end
+        from aworld_core.worker import notify_episode_end
 
         reward = task.reward or self.config.reward
         if reward is not None:
-            from aworld_core.rewards.registry import score_episode
+            from aworld_core.rewards import score_episode
 
             try:
                 await score_episode(episode, task_sample(task), reward, notify=False)

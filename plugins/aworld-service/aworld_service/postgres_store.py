@@ -3,10 +3,10 @@
 Claims are ``UPDATE … FROM (SELECT … ORDER BY priority, seq LIMIT n FOR UPDATE SKIP LOCKED)``:
 two hosts claiming at once lock different rows, and neither waits on the other. Lease times come
 from the database's clock (``statement_timestamp()``), so hosts' clocks need not agree. Every
-write for a run names its lease token (see :mod:`aworld_core.service.store`), which is the fence
+write for a run names its lease token (see :mod:`aworld_service.store`), which is the fence
 that keeps a host whose lease expired from overwriting the host that took the task over.
 
-Needs psycopg 3 (``pip install 'aworld-core[postgres]'``). Connections come from a small pool
+Needs psycopg 3 (``pip install 'aworld-service[postgres]'``). Connections come from a small pool
 owned by the store; a broken connection (the database restarted) is dropped and replaced.
 """
 
@@ -18,10 +18,11 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from aworld_core.errors import FrameworkNotInstalledError, TaskConflictError
+from aworld_core.errors import FrameworkNotInstalledError
 from aworld_core.schemas import AworldTask, TaskAttempt, TaskResult, TaskState, TaskStatus
-from aworld_core.service import states
-from aworld_core.service.store import (
+from aworld_service import states
+from aworld_service.errors import TaskConflictError
+from aworld_service.store import (
     ATTEMPT_COLUMNS,
     CANCELLED_BEFORE_RUN,
     FENCED_ATTEMPT,
@@ -98,7 +99,7 @@ def _psycopg() -> Any:
         import psycopg
     except ImportError as exc:
         raise FrameworkNotInstalledError(
-            "the PostgreSQL task store needs psycopg 3: pip install 'aworld-core[postgres]'"
+            "the PostgreSQL task store needs psycopg 3: pip install 'aworld-service[postgres]'"
         ) from exc
     return psycopg
 

@@ -1,6 +1,6 @@
-"""``python -m aworld_core.serve``: run a task server.
+"""``aworld serve`` (also ``python -m aworld_service.serve``): run a task server.
 
-    python -m aworld_core.serve --port 9299 --agents gaia_agent=my_agents:build_gaia_agent \\
+    aworld serve --port 9299 --agents gaia_agent=my_agents:build_gaia_agent \\
         --store sqlite:///tasks.sqlite --concurrency 16
 
 Several servers share one queue when they share a PostgreSQL store
@@ -32,11 +32,11 @@ from aworld_core.errors import AworldError, UsageError
 from aworld_core.secrets import (
     check_bind_token,
     install_log_masking,
-    register_secret,
+    register_secrets,
     warn_if_readable_by_others,
 )
 
-log = logging.getLogger("aworld_core.serve")
+log = logging.getLogger("aworld_service.serve")
 ENV_PREFIX = "AWORLD_TASK_"
 
 
@@ -67,7 +67,7 @@ def _flag(name: str) -> bool:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m aworld_core.serve",
+        prog="aworld serve",
         description="Run an AWorld task server: accepts agent tasks, runs them, records trajectories.",
     )
     p.add_argument("--host", default=_env("host", "127.0.0.1"), help="address to bind (0.0.0.0 in a container)")
@@ -127,8 +127,8 @@ def _run(main: Any, loop: str) -> int:
 
 
 def build_config(args: argparse.Namespace) -> Any:
-    from aworld_core.service.agents import parse_agent_specs
-    from aworld_core.service.server import ServerConfig
+    from aworld_service.agents import parse_agent_specs
+    from aworld_service.server import ServerConfig
 
     specs = args.agents if args.agents is not None else [s for s in [_env("agents", "")] if s]
     agents = parse_agent_specs(specs)
@@ -136,7 +136,7 @@ def build_config(args: argparse.Namespace) -> Any:
         raise UsageError("no agents: pass --agents NAME=module:factory (or set AWORLD_TASK_AGENTS)")
     token = _token(args)
     check_bind_token(token, args.host, "set AWORLD_TASK_TOKEN or --token-file to")
-    register_secret(token)
+    register_secrets([token])
     if args.allow_stdio_mcp:
         log.warning("--allow-stdio-mcp: a task's mcp_config may run commands on this host (stdio MCP servers)")
     if Path(".env").is_file():  # the settings (LLM_API_KEY, ...) the agents read
@@ -191,8 +191,8 @@ def _default_owner() -> str:
 async def serve(config: Any, host: str, port: int, log_level: str = "info") -> int:
     import uvicorn
 
-    from aworld_core.service.agents import AgentRegistry
-    from aworld_core.service.server import TaskServer
+    from aworld_service.agents import AgentRegistry
+    from aworld_service.server import TaskServer
 
     class _Uvicorn(uvicorn.Server):
         # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, so the process would die

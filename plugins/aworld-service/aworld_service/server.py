@@ -38,26 +38,22 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from aworld_core.errors import (
-    IllegalTransitionError,
-    TaskConflictError,
-    TaskNotFoundError,
-    UsageError,
-)
+from aworld_core.errors import UsageError
 from aworld_core.schemas import AworldTask, TaskState, TaskStatus
-from aworld_core.service.agents import AgentRegistry, task_override_problems
-from aworld_core.service.executor import ExecutorConfig, TaskExecutor
-from aworld_core.service.metrics import ServiceMetrics
-from aworld_core.service.store import DEFAULT_MAX_ATTEMPTS, TaskFilter, TaskStore, open_store, task_not_found
+from aworld_service.agents import AgentRegistry, task_override_problems
+from aworld_service.errors import IllegalTransitionError, TaskConflictError, TaskNotFoundError
+from aworld_service.executor import ExecutorConfig, TaskExecutor
+from aworld_service.metrics import ServiceMetrics
+from aworld_service.store import DEFAULT_MAX_ATTEMPTS, TaskFilter, TaskStore, open_store, task_not_found
 
-log = logging.getLogger("aworld_core.service")
+log = logging.getLogger("aworld_service")
 
 API = "/v1"
 
 
 @dataclass
 class ServerConfig:
-    """Everything a server needs; ``python -m aworld_core.serve`` fills it from flags and env."""
+    """Everything a server needs; ``aworld serve`` fills it from flags and env."""
 
     agents: dict[str, Any]
     store_url: str = "sqlite:///aworld-tasks.sqlite"
@@ -131,7 +127,7 @@ class TaskServer:
         if self.agents is None:
             self.agents = AgentRegistry(self.config.agents, base_dir=self.config.base_dir)
         if self.config.reward is not None:
-            from aworld_core.rewards.registry import resolve_reward
+            from aworld_core.rewards import resolve_reward
 
             resolve_reward(self.config.reward, base_dir=self.config.base_dir)  # fail now, not per task
         await self.store.open()
@@ -543,5 +539,5 @@ def _jsonable(value: Any) -> Any:
 
 
 def create_app(config: ServerConfig, *, store: TaskStore | None = None) -> Any:
-    """The ASGI app of a task server (start it with uvicorn, or ``python -m aworld_core.serve``)."""
+    """The ASGI app of a task server (start it with uvicorn, or ``aworld serve``)."""
     return TaskServer(config, store=store).app

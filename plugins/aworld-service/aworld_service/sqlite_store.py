@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from aworld_core.errors import TaskConflictError, UsageError
+from aworld_core.errors import UsageError
 from aworld_core.schemas import AworldTask, TaskAttempt, TaskResult, TaskState, TaskStatus
-from aworld_core.service import states
-from aworld_core.service.store import (
+from aworld_service import states
+from aworld_service.errors import TaskConflictError
+from aworld_service.store import (
     ATTEMPT_COLUMNS,
     CANCELLED_BEFORE_RUN,
     FENCED_ATTEMPT,

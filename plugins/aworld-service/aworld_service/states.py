@@ -13,8 +13,8 @@ place that says which moves exist, and :func:`check` raises on any other.
 
 from __future__ import annotations
 
-from aworld_core.errors import IllegalTransitionError
 from aworld_core.schemas import EpisodeStatus, TaskStatus
+from aworld_service.errors import IllegalTransitionError
 
 TERMINAL: frozenset[TaskStatus] = frozenset(s for s in TaskStatus if s.terminal)
 

@@ -1,5 +1,10 @@
 """The durable task store: the interface every store implements, and ``open_store(url)``.
 
+Stores are found by URL scheme in the entry-point group ``aworld_service.stores`` (this
+distribution registers ``sqlite``, ``postgresql`` and ``postgres``): a third-party store is a
+:class:`TaskStore` subclass taking ``(url, **options)``, registered under its scheme, and
+``--store myscheme://...`` then opens it; no code here names it.
+
 A store holds the queue and the record of every task: the task as submitted, its status, its
 lease (which host runs it, until when, under which token), every attempt, and the finished
 trajectory. Servers share a queue by sharing a store (PostgreSQL); one host may use SQLite.
@@ -27,14 +32,16 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import importlib.metadata
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aworld_core.errors import TaskNotFoundError, UsageError
+from aworld_core.errors import UsageError
 from aworld_core.schemas import AworldTask, Episode, TaskAttempt, TaskResult, TaskState, TaskStatus
-from aworld_core.service import states
+from aworld_service import states
+from aworld_service.errors import TaskNotFoundError
 
 DEFAULT_MAX_ATTEMPTS = 3
 
@@ -201,20 +208,40 @@ class TaskStore(abc.ABC):
             page_filter.after = page.next_after
 
 
+#: the entry-point group of task stores: name = URL scheme, value = ``module:TaskStoreSubclass``
+STORE_ENTRY_POINT_GROUP = "aworld_service.stores"
+
+
+def store_schemes() -> dict[str, str]:
+    """Every registered store: URL scheme -> its ``module:class`` reference (not imported)."""
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=STORE_ENTRY_POINT_GROUP)}
+
+
 def open_store(url: str, **options: Any) -> TaskStore:
-    """The store a URL names: ``sqlite:///path/to/file.sqlite`` or ``postgresql://user@host/db``."""
-    if url.startswith("sqlite:"):
-        from aworld_core.service.sqlite_store import SQLiteTaskStore
-
-        return SQLiteTaskStore(url, **options)
-    if url.startswith(("postgresql:", "postgres:")):
-        from aworld_core.service.postgres_store import PostgresTaskStore
-
-        return PostgresTaskStore(url, **options)
-    raise UsageError(
-        f"unknown task store URL {url!r}: use sqlite:///path/to/tasks.sqlite (one host) or "
-        f"postgresql://user:password@host:5432/dbname (hosts sharing one queue)"
-    )
+    """The store a URL names: ``sqlite:///path/to/file.sqlite``, ``postgresql://user@host/db``, or
+    any scheme a distribution registers in ``aworld_service.stores``."""
+    scheme = url.partition(":")[0].lower() if ":" in url else ""
+    found = {ep.name: ep for ep in importlib.metadata.entry_points(group=STORE_ENTRY_POINT_GROUP)}
+    entry = found.get(scheme)
+    if entry is None:
+        others = sorted(set(found) - {"sqlite", "postgresql", "postgres"})
+        extra = f"; also installed: {', '.join(f'{s}://...' for s in others)}" if others else ""
+        missing = "" if "sqlite" in found else (
+            "; no store is registered at all: reinstall aworld-service (its entry points are missing)")
+        raise UsageError(
+            f"unknown task store URL {url!r}: use sqlite:///path/to/tasks.sqlite (one host) or "
+            f"postgresql://user:password@host:5432/dbname (hosts sharing one queue){extra}{missing}"
+        )
+    try:
+        store_type = entry.load()
+    except ImportError as exc:
+        raise UsageError(f"the task store for {scheme}:// ({entry.value}) cannot be imported: {exc}") from exc
+    if not (isinstance(store_type, type) and issubclass(store_type, TaskStore)):
+        raise UsageError(
+            f"the task store registered for {scheme}:// ({entry.value}) is not a TaskStore subclass; "
+            f"its distribution registers the wrong object in '{STORE_ENTRY_POINT_GROUP}'"
+        )
+    return store_type(url, **options)
 
 
 # --- helpers shared by the SQL stores ------------------------------------------------------------
