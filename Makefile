@@ -16,7 +16,7 @@ QUIET  := -q --progress-bar off
 # the big installs print pip's own lines (what it collects and installs) so a long step shows progress
 SHOW   := --progress-bar off
 
-CORE_PKGS := -e 'core[hf,data,postgres]' -e plugins/aworld-trl -e 'plugins/aworld-gaia-env[test]' \
+CORE_PKGS := -e 'core[hf,data]' -e 'plugins/aworld-service[postgres]' -e plugins/aworld-trl -e 'plugins/aworld-gaia-env[test]' \
              -e plugins/aworld-verl -e plugins/aworld-areal -e plugins/aworld-swift \
              -e examples/cpu_grpo_demo -e examples/reinforce_backend
 
