@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aworld_core import Agent, AgentConfig
 
 SUMMARY_PROMPT = "Summarize what you found."
@@ -18,3 +20,12 @@ def compacting_agent() -> Agent:
     conf = AgentConfig(max_steps=4, compaction={"strategy": "summary", "max_context_tokens": 200,
                                                 "summary_prompt": SUMMARY_PROMPT, "max_compactions": 1})
     return Agent("reader", system_prompt="Use lookup, then answer.", conf=conf, tools=[lookup])
+
+
+def smolagents_agent(sample: Any, **endpoint: Any) -> str | None:
+    """Real smolagents (``aworld_core.testing.smolagents_client``) with no ``max_tokens`` per request:
+    the scripted server writes a whole tool call, which this suite's tiny tokenizer spells in more
+    than the kit's 20 tokens."""
+    from aworld_core.testing.smolagents_client import smolagents_agent as run
+
+    return run(sample, max_tokens=None, **endpoint)

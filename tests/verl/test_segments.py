@@ -116,3 +116,47 @@ async def test_v0_keeps_a_segmented_episode_as_a_masked_row_with_its_reward(make
     assert out.non_tensor_batch["aworld"][0]["untrained"] == "segmented_on_v0"
     assert float(out.batch["rm_scores"][0].sum()) == 1.0  # its reward stays in its group's statistics
     assert "trainer.use_v1=true" in caplog.text
+
+
+SMOLAGENTS = "segment_agents:smolagents_agent"
+
+
+async def test_v1_trains_every_segment_of_a_smolagents_episode(make_v1, verl_tokenizer, close_states, tmp_path):
+    """Real smolagents (``ToolCallingAgent`` over ``OpenAIServerModel``) as the job's ``agent.openai_agent``,
+    through verl's V1 TransferQueue worker step: it sends its tool call back as assistant text and the
+    result as a user "Observation:" message, so each episode is two segments (the tool call; smolagents'
+    final-answer call), each an output holding exactly the ids the server sampled (mask 1, their
+    logprobs) and nothing else; both share the episode's reward and advantage."""
+    pytest.importorskip("smolagents")
+    import json
+
+    from verl_testkit import StubServer
+
+    def script(call: Any) -> str:
+        if verl_tokenizer.decode(call.prompt_ids).replace(" ", "").endswith('{"name":"'):  # the forced call opening
+            return 'add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+        return "It is 5." if call.member == 0 else "It is 4."
+
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"name": "verl-smolagents", "agent": {"openai_agent": SMOLAGENTS},
+                               "rollout": {"episode_timeout_s": 60}}))
+    entry = {"name": "aworld_smol", "_target_": "aworld_verl.AworldAgentLoop", "job_config_path": str(job),
+             "reward": "verl_testkit:exact_answer_reward"}
+    # this suite's tiny tokenizer spells smolagents' three tool schemas in about 700 tokens
+    server = StubServer(verl_tokenizer, script=script, prompt_length=1536)
+    v1 = make_v1([entry], server, ["actor_rollout_ref.rollout.n=2", "data.max_prompt_length=1536"])
+    step = await v1.step([verl_row("aworld_smol", "What is 2 + 3?")])
+    group = step.group(step.uids()[0])
+    assert [(r.session, r.index) for r in group] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for session in (0, 1):
+        outputs = [r for r in group if r.session == session]
+        calls = server.calls_for(outputs[0].extra["trajectory_id"])
+        assert len(calls) == 2  # the tool call, then smolagents' final-answer call on its re-serialized memory
+        assert "Observation:" in verl_tokenizer.decode(calls[1].prompt_ids)
+        for output, call in zip(outputs, calls, strict=True):
+            assert _sampled(output.response_ids, output.response_mask) == call.token_ids
+            logprobs = [x for x, m in zip(output.logprobs, output.response_mask, strict=True) if m]
+            assert logprobs == pytest.approx(call.log_probs)
+        assert outputs[0].score == outputs[1].score and outputs[0].advantage == outputs[1].advantage
+    assert sorted(r.score for r in group if r.index == 1) == [0.0, 1.0]
+    assert step.metrics["aworld/segments"] == 2.0 and step.metrics["aworld/segmented_rate"] == 1.0
