@@ -69,6 +69,18 @@ def test_a_compacting_groups_segments_keep_areals_group_stride(tool_model_dir, m
     assert out is not None and out["input_ids"].shape[0] == 4  # two layers of the group's two members
     assert out["rewards"].tolist() == [1.0, 0.0, 1.0, 0.0]  # each member's reward on each of its rows
 
+    _check_group(out, served)
+
+    # AReaL's group normalization over its fixed stride: every segment gets its episode's advantage
+    config = NormConfig(mean_level="group", std_level="group", group_size=2)
+    normalized = batched_call(lambda b: Normalization(config)(b["rewards"]), [out], unpack=False).tolist()
+    episode_level = Normalization(config)(torch.tensor([1.0, 0.0])).tolist()
+    assert normalized == pytest.approx(episode_level * 2, abs=1e-5)
+
+
+def _check_group(out: dict, served: list) -> None:
+    """A group of two two-segment members (rows m and 2 + m) against the server's generations: each
+    member's segments hold exactly its generations' ids and logprobs (mask 1), nothing else trains."""
     prompts = [list(payload["input_ids"]) for payload, _ in served]
     rows = [out["input_ids"][r][: int(out["attention_mask"][r].sum())].tolist() for r in range(4)]
     calls_of: dict[int, list] = {0: [], 1: []}  # each request to the member whose rows it extends
@@ -94,8 +106,29 @@ def test_a_compacting_groups_segments_keep_areals_group_stride(tool_model_dir, m
     loss_tokens = int(out["loss_mask"].sum())
     assert loss_tokens == sum(len(o.token_ids) for _, o in served)
 
-    # AReaL's group normalization over its fixed stride: every segment gets its episode's advantage
-    config = NormConfig(mean_level="group", std_level="group", group_size=2)
-    normalized = batched_call(lambda b: Normalization(config)(b["rewards"]), [out], unpack=False).tolist()
-    episode_level = Normalization(config)(torch.tensor([1.0, 0.0])).tolist()
-    assert normalized == pytest.approx(episode_level * 2, abs=1e-5)
+
+SMOLAGENTS = "aworld_core.testing.smolagents_client:smolagents_agent"
+
+
+def test_a_smolagents_groups_segments_train_exactly(tool_model_dir, mcp_server, real_engine, sglang_server):
+    """Real smolagents (``ToolCallingAgent`` over ``OpenAIServerModel``) as the job's ``agent.openai_agent``,
+    through AReaL's dispatch: it sends its tool call back as assistant text, so each member is two
+    segments (the tool call; smolagents' final-answer call on its re-serialized memory), two layers of
+    rows that train exactly the server's sampled ids and logprobs, nothing else."""
+    pytest.importorskip("smolagents")
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    job = job_dict(tool_model_dir, mcp_server, agent={"openai_agent": SMOLAGENTS},
+                   reward={"name": str(here / REWARDS), "trajectory_aware": True})
+    sample = Sample(id="smol", prompt=[{"role": "user", "content": QUESTION}], ground_truth="5",
+                    extra_info={"rewards": [1.0, 0.0]})
+    before = len(sglang_server.outputs)
+    kwargs = {"job": json.dumps(job), "gconfig": {**GCONFIG, "n_samples": 2}, "tokenizer": str(tool_model_dir),
+              "reward_processes": 0}
+    (out,) = submit_all(real_engine, [{"aworld_sample": sample.model_dump_json()}], kwargs)
+    served = sglang_server.outputs[before:]
+    assert len(served) == 4  # two calls per member: smolagents' step, then its final-answer call
+    assert out is not None and out["input_ids"].shape[0] == 4  # two layers of the group's two members
+    assert out["rewards"].tolist() == [1.0, 0.0, 1.0, 0.0]
+    _check_group(out, served)

@@ -300,3 +300,18 @@ def test_dry_run_refuses_a_compacting_agent_without_a_token_mean_loss(tmp_path, 
     job["backends"]["swift"] = {"loss_type": "dapo"}
     path.write_text(yaml.safe_dump(job))
     assert _dry_run(path)[0] == 0
+
+
+def test_dry_run_refuses_an_openai_api_agent(tmp_path, capsys):
+    """ms-swift renders every prompt from the row's tools: an agent written against the OpenAI API
+    (smolagents: tool_choice 'required', a tool-less final-answer call) is refused before anything runs."""
+    from test_plan import _dry_run, _job_file
+
+    path = _job_file(tmp_path)
+    job = yaml.safe_load(path.read_text())
+    job["agent"] = {"openai_agent": "aworld_core.testing.smolagents_client:smolagents_agent"}
+    job["rollout"] = {}  # max_turns cannot limit such an agent (refused by the job schema)
+    path.write_text(yaml.safe_dump(job))
+    code, text = _dry_run(path)
+    text += capsys.readouterr().err
+    assert code == 2 and "agent.openai_agent" in text and "trl, verl or areal" in text, text

@@ -117,6 +117,7 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
     # (sent to the rollout server in server mode), so its engine samples every turn with them
     defaults.update(job.rollout.sampling.native(SAMPLING_KEYS, user, prefix="backends.swift.", backend="swift"))
     args = _merge(defaults, user, "backends.swift")
+    _check_openai_agent(job)
     _check_compaction(job, args)
     if args.get("vllm_mode") == "server":
         if args.get("use_vllm") is False:
@@ -131,6 +132,24 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
         if not (isinstance(ports, list) and len(ports) > 1):  # several servers: the user's own list
             args["vllm_server_port"] = [_server_port(job, args)]
     return {key: value for key, value in args.items() if value is not None}
+
+
+OPENAI_AGENT_REFUSED = (
+    "agent.openai_agent {ref!r}: the swift backend cannot train an agent written against the OpenAI API. "
+    "ms-swift renders every prompt of a trajectory itself, with the tools its dataset row lists (fixed at launch "
+    "from the core agent's tools), while such an agent picks its tools and tool_choice per call (smolagents sends "
+    "tool_choice 'required', whose forced opening ms-swift cannot render, and its final-answer call has no tools): "
+    "its turns could not be sampled from the prompts the episode records. Train it with the trl, verl or areal "
+    "backend, or give an aworld_core Agent (agent fields or agent.factory)"
+)
+
+
+def _check_openai_agent(job: Any) -> None:
+    """Refused at --dry-run rather than failing every episode at its first call."""
+    ref = getattr(job.agent, "openai_agent", None)
+    if ref:
+        raise ConfigError(OPENAI_AGENT_REFUSED.format(ref=ref),
+                          [("agent.openai_agent", ref, "unset on the swift backend (trl, verl or areal train it)")])
 
 
 def _check_compaction(job: Any, args: dict[str, Any]) -> None:
