@@ -8,6 +8,8 @@
   sampled, token for token (every sampled token trains, nothing else does);
 * a real MCP server with test tools (``McpHttpServer`` in a thread, ``McpServerProcess`` as a
   process, ``stdio_server_config``; ``python -m aworld_core.testing.mcp_server``);
+* ``aworld_core.testing.smolagents_client:smolagents_agent``: real smolagents (``ToolCallingAgent``
+  over ``OpenAIServerModel``) as a job's ``agent.openai_agent`` (needs ``pip install smolagents``);
 * pytest fixtures ``tiny_model_dir``, ``tiny_tokenizer``, ``tiny_model``:
   ``pytest_plugins = ["aworld_core.testing.fixtures"]``.
 

@@ -11,8 +11,9 @@ starts a new token-exact segment from a fresh render of what it sent (docs/token
 
 With ``max_steps=1`` (the default here) an episode is two model calls whatever the policy writes:
 the first step, a tool call (smolagents asks ``tool_choice: "required"``, so its opening is forced,
-mask 0), then smolagents' own final-answer call on the re-serialized memory: two segments. The
-prompt templates are shortened (a tiny test model's context is small; ``prompt_templates`` is
+mask 0), then smolagents' own final-answer call on the re-serialized memory: two segments. Each
+request carries ``max_tokens`` (:data:`MAX_TOKENS`), so an untrained policy's call ends inside a
+backend's response budget. The prompt templates are shortened (a tiny test model's context is small; ``prompt_templates`` is
 smolagents' public option for them). Needs ``pip install smolagents`` (imported on call).
 """
 
