@@ -127,9 +127,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def part_submit(args: argparse.Namespace, work: Path) -> None:
-    from aworld_service.client import AworldTaskClient
-
     from aworld_core.schemas import AworldTask
+    from aworld_service.client import AworldTaskClient
 
     server = Server(
         ["--agents", f"noop={THIS_FILE}:noop", "--store", f"sqlite:///{work / 'submit.sqlite'}",
@@ -172,9 +171,8 @@ async def part_submit(args: argparse.Namespace, work: Path) -> None:
 
 
 async def collect(hosts: int, args: argparse.Namespace, work: Path, llm_url: str, store: str | None) -> float:
-    from aworld_service.client import AworldTaskClient
-
     from aworld_core.schemas import AworldTask
+    from aworld_service.client import AworldTaskClient
 
     servers = []
     try:

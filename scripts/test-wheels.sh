@@ -12,7 +12,9 @@
 # 3. from a directory outside the sources, in a network namespace with only loopback
 #    (scripts/offline-run.sh; steps 1-2 need the index, this one nothing beyond 127.0.0.1):
 #    aworld --list, a --dry-run per backend, a real launch of a backend whose framework is
-#    absent (exit 2 with its install hint) and a tiny --eval against a stub LLM on 127.0.0.1.
+#    absent (exit 2 with its install hint), a tiny --eval against a stub LLM on 127.0.0.1 and
+#    `aworld serve` (aworld-service's command and its SQLite store, both found through the
+#    installed entry points) answering one task from AworldTaskClient.
 # The framework plugins (verl, AReaL, ms-swift) are installed without their frameworks here: their
 # --dry-run plans the job without them; make test-verl/-areal/-swift test them with the framework.
 set -euo pipefail
@@ -59,7 +61,7 @@ step "fresh environment $ENV (pip upgraded, then $TORCH)"
 # --no-compile: no .pyc for the thousands of modules never imported here (a third of the time)
 "$ENV/bin/python" -m pip install -q --no-compile "$TORCH"
 NAMES=(aworld-core aworld-trl aworld-gaia-env aworld-cpu-grpo-demo aworld-verl aworld-areal aworld-swift
-       aworld-reinforce-backend aworld-echo-backend)
+       aworld-reinforce-backend aworld-echo-backend aworld-service)
 step "pip install --find-links build/wheelhouse ${NAMES[*]}"
 "$ENV/bin/python" -m pip install -q --no-compile --find-links "$HOUSE" "${NAMES[@]}"
 "$ENV/bin/python" -c "import torch; assert torch.__version__.startswith('${TORCH#torch==}'), torch.__version__"
@@ -71,7 +73,7 @@ step "every aworld module comes from the installed wheels"
 "$ENV/bin/python" - "$ENV" <<'EOF'
 import importlib, sys
 for name in ("aworld_core", "aworld_trl", "aworld_gaia_env", "aworld_cpu_grpo_demo", "aworld_verl",
-             "aworld_areal", "aworld_swift", "aworld_reinforce_backend", "aworld_echo_backend"):
+             "aworld_areal", "aworld_swift", "aworld_reinforce_backend", "aworld_echo_backend", "aworld_service"):
     path = importlib.import_module(name).__file__
     assert path.startswith(sys.argv[1]) and "site-packages" in path, (name, path)
 EOF
@@ -81,6 +83,8 @@ step "aworld --list"
 for backend in trl verl areal swift reinforce echo; do
     grep -q "^  $backend " list.txt || { echo "backend $backend missing from --list"; exit 1; }
 done
+sed -n '/^Commands:/,/^[A-Z]/p' list.txt | grep -q "^  serve .*aworld-service" \
+    || { echo "aworld-service's serve command missing from --list"; exit 1; }
 
 # a job of the demo's parts (its calculator environment, arith data, exact_answer reward), with
 # its output here
@@ -143,6 +147,40 @@ EOF
 "$ENV/bin/aworld" --config eval.yaml --eval --limit 3 output_dir=out-eval | tee eval.txt
 grep -q "^evaluated 3 tasks" eval.txt || { echo "--eval did not evaluate 3 tasks"; exit 1; }
 [ "$(wc -l <"$WORK/out-eval/eval.jsonl")" -eq 3 ] || { echo "eval.jsonl does not hold 3 episodes"; exit 1; }
+
+step "aworld serve without its plugin: exit 2 naming pip install aworld-service"
+set +e
+AWORLD_DISABLE_PLUGINS=service "$ENV/bin/aworld" serve --port 1 2>serve-missing.txt
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q "pip install aworld-service" serve-missing.txt || { cat serve-missing.txt; exit 1; }
+
+step "aworld serve (its SQLite store) answers one task from AworldTaskClient"
+cat >wheel_agents.py <<'EOF'
+async def echo(task):
+    return f"echo: {task.agent_input}"
+EOF
+port=$("$ENV/bin/python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+PYTHONPATH="$WORK" "$ENV/bin/aworld" serve --port "$port" --agents echo=wheel_agents:echo \
+    --store "sqlite:///$WORK/tasks.sqlite" --log-level warning >serve.log 2>&1 &
+server=$!
+trap 'kill "$stub" "$server" 2>/dev/null || true' EXIT
+"$ENV/bin/python" - "$port" <<'EOF' || { cat serve.log; exit 1; }
+import asyncio, sys
+from aworld_core.schemas import AworldTask, TaskStatus
+from aworld_service import AworldTaskClient
+
+async def main():
+    async with AworldTaskClient(know_hosts=[f"127.0.0.1:{sys.argv[1]}"], retries=50, backoff_s=0.2) as client:
+        await client.submit_task(AworldTask(task_id="w1", agent_id="echo", agent_input="hi"))
+        result = await client.wait("w1", timeout=60)
+        assert result.status is TaskStatus.SUCCESS and result.answer == "echo: hi", result
+        print("task service:", result.task_id, result.status.value, repr(result.answer))
+
+asyncio.run(main())
+EOF
+kill "$server"
+wait "$server" || true
 step "passed"
 }
 

@@ -14,9 +14,8 @@ import argparse
 import asyncio
 import hashlib
 
-from aworld_service.client import AworldTaskClient
-
 from aworld_core.schemas import AworldTask
+from aworld_service.client import AworldTaskClient
 
 
 async def main() -> None:

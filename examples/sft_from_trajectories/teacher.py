@@ -80,9 +80,8 @@ def _build_runner() -> Any:
 
 async def solve(task: Any) -> Any:
     """The task function: one episode of the teacher on ``task`` (scored by the server's reward)."""
-    from aworld_service import task_sample
-
     from aworld_core.schemas import RolloutContext
+    from aworld_service import task_sample
 
     global _runner
     if _runner is None:

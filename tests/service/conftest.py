@@ -120,6 +120,7 @@ def serve() -> Any:
     @contextlib.asynccontextmanager
     async def run(config: Any, **kwargs: Any) -> AsyncIterator[tuple[str, Any]]:
         import uvicorn
+
         from aworld_service.server import TaskServer
 
         port = free_port()

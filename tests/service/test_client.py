@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aworld_service.client import AworldTaskClient
-from aworld_service.errors import TaskServiceError
-from aworld_service.server import ServerConfig
 from service_agents import ref
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import AworldTask, TaskResult, TaskStatus
+from aworld_service.client import AworldTaskClient
+from aworld_service.errors import TaskServiceError
+from aworld_service.server import ServerConfig
 from support.openai_stub import free_port
 
 

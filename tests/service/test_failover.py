@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aworld_service.client import AworldTaskClient
 from service_agents import ref
 
 from aworld_core.schemas import AworldTask, TaskResult, TaskStatus
+from aworld_service.client import AworldTaskClient
 from support.openai_stub import free_port
 
 pytestmark = pytest.mark.slow

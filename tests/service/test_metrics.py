@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aworld_service.client import AworldTaskClient
 from prometheus_client.parser import text_string_to_metric_families
 from test_server import config
 
 from aworld_core.schemas import AworldTask
+from aworld_service.client import AworldTaskClient
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aworld_service.client import AworldTaskClient
 from service_agents import ref
 
 from aworld_core.schemas import AworldTask, TaskStatus
+from aworld_service.client import AworldTaskClient
 
 
 def run_serve(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aworld_service.client import AworldTaskClient
 from service_agents import ref
 from test_serve_cli import run_serve
 
 from aworld_core.schemas import AworldTask, TaskStatus
 from aworld_core.secrets import PLACEHOLDER_TOKENS, check_bind_token, is_loopback
+from aworld_service.client import AworldTaskClient
 
 GOOD = "a-long-random-token-0123456789abcdef"
 

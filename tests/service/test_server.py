@@ -12,12 +12,12 @@ from typing import Any
 import aiohttp
 import pytest
 import service_agents
-from aworld_service.client import AworldTaskClient
-from aworld_service.errors import QueueFullError, TaskConflictError, TaskNotFoundError, TaskServiceError
-from aworld_service.server import ServerConfig
 from service_agents import ref
 
 from aworld_core.schemas import AworldTask, EpisodeStatus, TaskResult, TaskStatus
+from aworld_service.client import AworldTaskClient
+from aworld_service.errors import QueueFullError, TaskConflictError, TaskNotFoundError, TaskServiceError
+from aworld_service.server import ServerConfig
 
 
 def config(tmp_path: Path, **overrides: Any) -> ServerConfig:
@@ -367,9 +367,8 @@ async def test_listing_states_metrics_and_health(serve: Any, tmp_path: Path) -> 
 
 
 async def test_a_bad_agent_reference_fails_at_start(tmp_path: Path) -> None:
-    from aworld_service.agents import AgentRegistry, parse_agent_specs
-
     from aworld_core.errors import UsageError
+    from aworld_service.agents import AgentRegistry, parse_agent_specs
 
     with pytest.raises(UsageError, match="gave int; a factory must return an Agent or Swarm"):
         AgentRegistry({"x": ref("not_an_agent")})

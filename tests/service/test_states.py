@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from aworld_service import states
-from aworld_service.errors import IllegalTransitionError
 
 from aworld_core.schemas import EpisodeStatus, TaskStatus
+from aworld_service import states
+from aworld_service.errors import IllegalTransitionError
 
 FINAL = [TaskStatus.SUCCESS, TaskStatus.FAILED, TaskStatus.CANCELLED, TaskStatus.TIMEOUT]
 

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from aworld_service.errors import IllegalTransitionError, TaskConflictError, TaskNotFoundError
-from aworld_service.store import Outcome, TaskFilter, TaskStore, open_store
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import AworldTask, Episode, EpisodeStatus, TaskStatus
+from aworld_service.errors import IllegalTransitionError, TaskConflictError, TaskNotFoundError
+from aworld_service.store import Outcome, TaskFilter, TaskStore, open_store
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

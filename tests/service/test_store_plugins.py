@@ -8,9 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from aworld_service.store import STORE_ENTRY_POINT_GROUP, open_store, store_schemes
-
 from aworld_core.errors import UsageError
+from aworld_service.store import STORE_ENTRY_POINT_GROUP, open_store, store_schemes
 
 STORE = '''
 from aworld_service.sqlite_store import SQLiteTaskStore

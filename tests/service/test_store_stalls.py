@@ -19,11 +19,11 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from aworld_service.client import AworldTaskClient
 from service_agents import ref
 from test_failover import assert_no_overlap, read_witness, wait_for
 
 from aworld_core.schemas import AworldTask, TaskStatus
+from aworld_service.client import AworldTaskClient
 
 pytestmark = pytest.mark.slow
 

@@ -18,16 +18,16 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aworld_service.agents import AgentRegistry, agent_for_task, task_override_problems
-from aworld_service.executor import ExecutorConfig, TaskExecutor, store_unavailable
-from aworld_service.metrics import ServiceMetrics
-from aworld_service.server import ServerConfig
-from aworld_service.store import TaskStore, open_store
 from service_agents import ref
 
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import AworldTask, Episode, EpisodeStatus, TaskStatus
 from aworld_core.tools.mcp_config import parse_mcp_config
+from aworld_service.agents import AgentRegistry, agent_for_task, task_override_problems
+from aworld_service.executor import ExecutorConfig, TaskExecutor, store_unavailable
+from aworld_service.metrics import ServiceMetrics
+from aworld_service.server import ServerConfig
+from aworld_service.store import TaskStore, open_store
 
 HOST_SECRET = "sk-host-secret-never-leaves-0123"
 EVIL = "https://attacker.example/mcp"  # never contacted: every case is refused before any connection
