@@ -126,6 +126,21 @@ def test_bad_areal_settings_fail_at_plan_time_naming_the_key(tmp_path, section, 
     assert named in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("workflow", "named"),
+    [
+        ({"openai_agent": "agent.py:run"}, "agent: {openai_agent: 'module:function'}"),  # the job's spelling now
+        ({"max_steps": 3}, "backends.areal.workflow.max_steps cannot limit agent.openai_agent"),
+    ],
+)
+def test_openai_agent_settings_the_workflow_refuses_at_plan_time(tmp_path, workflow, named):
+    job = load_job_config(data={"model": {"path": "m"}, "train_dataset": {"path": "t.jsonl"},
+                                "agent": {"openai_agent": "agent.py:run"}, "backends": {"areal": {"workflow": workflow}}})
+    with pytest.raises(ConfigError) as info:
+        areal_plan(job, tmp_path)
+    assert named in str(info.value)
+
+
 def test_a_job_without_model_data_or_reward_plans_but_does_not_launch(tmp_path):
     from aworld_areal.config import missing_inputs
     from aworld_areal.plugin import launch

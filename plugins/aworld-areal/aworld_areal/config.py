@@ -278,6 +278,12 @@ def workflow_options(job: Any, options: dict[str, Any]) -> dict[str, Any]:
             f"unknown option(s) {', '.join(unknown)} in backends.areal.{WORKFLOW_KEY}; the options are:\n{known}",
             [(f"backends.areal.{WORKFLOW_KEY}.{k}", options[k], "a workflow option") for k in unknown],
         )
+    if job.agent.openai_agent and options.get("max_steps") is not None:
+        raise ConfigError(
+            f"backends.areal.{WORKFLOW_KEY}.max_steps cannot limit agent.openai_agent (the function runs its own "
+            f"loop and decides how many calls it makes): remove it and bound the loop in the function",
+            [(f"backends.areal.{WORKFLOW_KEY}.max_steps", options["max_steps"], "removed")],
+        )
     resolved = {**WORKFLOW_DEFAULTS, **options}
     if job.rollout.max_turns is not None and resolved.get("max_steps") is None:
         resolved["max_steps"] = job.rollout.max_turns

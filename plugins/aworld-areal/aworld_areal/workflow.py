@@ -119,6 +119,9 @@ class WorkflowState:
         # the job's Agent, or its OpenAI-API agent (agent.openai_agent): the state owns it, so closing
         # the state stops that agent's gateways (one per event loop and engine)
         self.agent: Any = build_agent(job, cache=False)
+        if isinstance(self.agent, OpenAIAgent) and options.max_steps is not None:
+            raise UsageError(f"workflow.max_steps={options.max_steps} cannot limit agent.openai_agent "
+                             f"{self.agent.ref!r} (the function runs its own loop): remove it")
         # tallies, a log line per untrained member, and the all-failed stop over groups_per_step groups
         self.outcomes = StepRecorder(logger, max_failed_steps=self.policy.max_failed_steps,
                                      groups_per_step=options.groups_per_step)
