@@ -2,8 +2,10 @@
 
 ``agent: {openai_agent: "module:function"}`` in the job names ``async def function(sample, *,
 base_url, api_key, model) -> str | None``; a plain ``def`` (a blocking client such as smolagents)
-runs in a thread, so the event loop serving the gateway stays free. The worker kit's ``build_agent`` answers such a job with an :class:`OpenAIAgent`
-where it would build the job's ``Agent``, and the core's ``rollout`` hook runs it
+runs in a thread, so the event loop serving the gateway stays free (a thread cannot be cancelled:
+after a timeout it runs on until its next call is refused, the session being finished). The worker
+kit's ``build_agent`` answers such a job with an :class:`OpenAIAgent` where it would build the
+job's ``Agent``, and the core's ``rollout`` hook runs it
 (:func:`run_openai_episode`), so failures, scoring, the group policy and ``on_episode_end`` are the
 kit's, as for any agent, and every backend that runs the kit's ``EpisodeRunner`` over a
 ``TokenLLM`` trains it. Every call the function makes to ``base_url`` (the gateway's per-episode URL,
