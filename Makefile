@@ -23,7 +23,7 @@ CORE_PKGS := -e 'core[hf,data]' -e 'plugins/aworld-service[postgres]' -e plugins
 # test suites that run in the core environment
 CORE_TESTS := tests/core tests/trl tests/gaia_env tests/service
 
-.PHONY: help venv envs test test-core test-wheels test-verl test-areal test-swift test-swift-vllm test-vllm lint demo postgres sysdeps clean
+.PHONY: help venv envs verl-e2e-model test test-core test-wheels test-verl test-areal test-swift test-swift-vllm test-vllm lint demo postgres sysdeps clean
 
 help:
 	@echo "make demo   - set up .venv and run the main job: an agent with a calculator tool learns by GRPO on the CPU"
@@ -130,6 +130,10 @@ $(STAMPS)/mcp-conformance: $(STAMPS)/core requirements/mcp-conformance.txt
 	  install --no-audit --no-fund --no-update-notifier --loglevel=error --prefix . $(MCP_CONFORMANCE)
 	touch $@
 
+# every backend environment (make test builds them in the background)
+BACKEND_ENVS := $(STAMPS)/verl $(STAMPS)/vllm $(STAMPS)/areal $(STAMPS)/swift $(STAMPS)/swift-vllm
+envs: $(BACKEND_ENVS)
+
 # ---------------------------------------------------------------------------------------------
 # tests
 # ---------------------------------------------------------------------------------------------
@@ -183,8 +187,31 @@ test-vllm: $(if $(wildcard tests/on_vllm),$(STAMPS)/vllm)
 test-wheels: venv
 	PYTHON=$(PYTHON) TORCH=$(TORCH) scripts/test-wheels.sh $(BIN)/python
 
-test: lint test-core test-wheels test-verl test-areal test-swift test-swift-vllm test-vllm
+# make test: the backend environments (and the verl end-to-end test's warm-started model) are built
+# in the background while lint, the core suite and the wheels run in the foreground: installs wait on
+# the network and the disk, and the core suite leaves about a third of two cores idle (servers
+# starting, tools sleeping), so on 2 cores this saves most of the install time. Their output goes to
+# build/make-envs.log (shown when a build fails). Run one target alone (make test-verl) and it builds
+# what it needs itself.
+BACKEND_TESTS := test-verl test-areal test-swift test-swift-vllm test-vllm
+
+test: venv
+	@mkdir -p build
+	@echo "== make test: building the backend environments in the background (build/make-envs.log)"
+	@( $(MAKE) --no-print-directory $(BACKEND_ENVS) verl-e2e-model >build/make-envs.log 2>&1; \
+	   echo $$? >build/make-envs.rc ) & \
+	  fg=0; $(MAKE) --no-print-directory lint test-core test-wheels || fg=$$?; \
+	  echo "== make test: waiting for the backend environments"; wait; \
+	  if [ "$$(cat build/make-envs.rc)" != 0 ]; then tail -n 60 build/make-envs.log; \
+	    echo "make test: building the backend environments failed (the whole log: build/make-envs.log)" >&2; exit 1; fi; \
+	  [ $$fg = 0 ] || exit $$fg; \
+	  $(MAKE) --no-print-directory $(BACKEND_TESTS)
 	@echo "make test: every suite passed"
+
+# the verl end-to-end test's warm-started demo model, kept in build/test-models per recipe and demo
+# code (tests/verl/e2e_model.py; niced: it runs beside the core suite in make test)
+verl-e2e-model: $(if $(wildcard tests/verl/e2e_model.py),$(STAMPS)/verl)
+	@if [ -f tests/verl/e2e_model.py ]; then nice -n 10 $(VENVS)/verl/bin/python tests/verl/e2e_model.py; fi
 
 # ---------------------------------------------------------------------------------------------
 # the demo

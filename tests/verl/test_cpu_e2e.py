@@ -83,37 +83,19 @@ def _servers_of(model: Path) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def demo_model() -> Path:
     """The demo's model: its tokenizer, its 0.83 M-parameter Qwen2 and its warm start, with the
-    recipe pinned here (the reference's ``warm_start``), so the reference holds whatever the demo's
-    own defaults become."""
+    recipe pinned in the reference (``warm_start``), so the reference holds whatever the demo's own
+    defaults become. Built once per recipe and demo code under ``build/test-models`` (``e2e_model``;
+    ``make test`` builds it in the background while the core suite runs)."""
     if not VLLM_PYTHON.exists():
         pytest.skip(f"no vLLM environment at {VLLM_PYTHON.parent.parent} (make test builds it)")
-    prebuilt = os.environ.get("AWORLD_VERL_E2E_MODEL")  # a model built with this recipe (to rerun quicker)
+    prebuilt = os.environ.get("AWORLD_VERL_E2E_MODEL")  # a model built with this recipe elsewhere
     if prebuilt:
         return Path(prebuilt)
-    import torch
+    from e2e_model import cached_model
 
-    from aworld_cpu_grpo_demo.build import new_model, save_tokenizer, train_tokenizer
-    from aworld_cpu_grpo_demo.warm_start import warm_start
-
-    recipe = REFERENCE["warm_start"]
-    path = tmp_path_factory.mktemp("verl-e2e") / "model"
-    started = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(recipe["torch_threads"])
-    try:
-        tokenizer = train_tokenizer(seed=recipe["seed"])
-        model = new_model(tokenizer, seed=recipe["seed"])
-        warm_start(model, tokenizer, steps=recipe["steps"], batch_size=recipe["batch_size"], lr=recipe["lr"],
-                   seed=recipe["seed"], progress=False, tool_first_share=recipe["tool_first_share"],
-                   copy_rate=recipe["copy_rate"])
-    finally:
-        torch.set_num_threads(threads)
-    model.save_pretrained(path)
-    save_tokenizer(tokenizer, path)
-    print(f"demo model built in {time.perf_counter() - started:.0f}s", flush=True)
-    return path
+    return cached_model()
 
 
 @pytest.fixture(scope="module")
