@@ -82,7 +82,7 @@ async def test_a_smolagents_episode_is_two_exact_segments_and_the_cache_stops_it
     sample = Sample(id="s", prompt=[{"role": "user", "content": "What is 2 + 3?"}], ground_truth="5")
     episode = await runner.run(sample)
     assert episode.status is EpisodeStatus.SUCCESS and episode.final_answer == "It is 5.", episode.error
-    assert episode.metadata["agent_style"] == "openai"
+    assert episode.metadata["agent_style"] == "openai" and "gateway_failures" not in episode.metadata
     view = episode.training
     assert view.num_segments == 2 and view.later_segments[0].start == "rewrite"
     calls = [c for c in engine.calls if c.request_id == episode.id]
@@ -109,3 +109,133 @@ async def test_a_failing_or_wrong_agent_is_a_recorded_failure(tmp_path, tiny_tok
         finally:
             await agent.aclose()
         assert episode.status is EpisodeStatus.FAILED and why in episode.error and episode.training is None
+
+
+# -- a call the gateway failed fails the episode, even when the client swallows the error -------------
+
+
+class _EngineDown(RuntimeError):
+    pass
+
+
+def _failing_after(tok, calls_ok: int, *, times: int | None = None):
+    """The smolagents script whose engine fails from call ``calls_ok + 1`` on (``times`` failures,
+    then answers again; ``None``: for ever)."""
+    answer = _script(tok)
+    seen = {"calls": 0, "failed": 0}
+
+    def script(prompt_ids, sampling, request_id):
+        seen["calls"] += 1
+        if seen["calls"] > calls_ok and (times is None or seen["failed"] < times):
+            seen["failed"] += 1
+            raise _EngineDown("the inference server went away")
+        return answer(prompt_ids, sampling, request_id)
+
+    return script
+
+
+async def test_smolagents_swallowing_a_502_is_a_recorded_failure_never_trained(tiny_tokenizer) -> None:
+    """smolagents' final-answer call gets a 502; smolagents returns the error text as its answer
+    (``provide_final_answer`` catches every exception): the episode fails, keeps its messages, and
+    has no training view, so nothing of it trains."""
+    pytest.importorskip("smolagents")
+    engine = ScriptedTokenEngine(_failing_after(tiny_tokenizer, 1))
+    llm = TokenLLM(engine, tiny_tokenizer, tool_parser="hermes")
+    agent = OpenAIAgent.load(SMOLAGENTS)
+    sample = Sample(id="s", prompt=[{"role": "user", "content": "What is 2 + 3?"}], ground_truth="5")
+    try:
+        episode = await EpisodeRunner(agent, llm, timeout=60).run(sample)
+    finally:
+        await agent.aclose()
+    assert episode.status is EpisodeStatus.FAILED and episode.training is None, episode
+    assert episode.error.startswith("the gateway failed 1 call(s): first: 502 "), episode.error
+    assert "the inference server went away" in episode.error
+    assert episode.messages and episode.messages[0]["role"] in ("system", "user")  # recorded
+    (failure,) = episode.metadata["gateway_failures"]
+    assert failure["status"] == 502 and failure["api"] == "chat.completions" and not failure["retried"]
+    assert llm.session_ids() == [] and agent.gateways.servers() == []
+
+
+def _sdk_agent_source() -> str:
+    return '''
+import openai
+
+
+async def swallowing(sample, *, base_url, api_key, model):
+    """Two calls; a failed second call is swallowed and its text returned as the answer."""
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    messages = list(sample.prompt)
+    first = await client.chat.completions.create(model=model, messages=messages, max_tokens=8)
+    try:
+        # a conversation that does not extend the first: a new segment, rendered afresh
+        second = await client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": sample.extra_info["second"]}], max_tokens=8)
+    except openai.APIStatusError as exc:
+        return f"Error: {exc.status_code} {exc.message}"
+    return second.choices[0].message.content or first.choices[0].message.content
+
+
+async def retrying(sample, *, base_url, api_key, model):
+    """The OpenAI SDK's default retries: a 502 is retried with the same request."""
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key)
+    out = await client.chat.completions.create(model=model, messages=list(sample.prompt), max_tokens=8)
+    return out.choices[0].message.content
+'''
+
+
+async def _run_sdk(tmp_path, name, llm, sample):
+    (tmp_path / "sdk_agents.py").write_text(_sdk_agent_source())
+    agent = OpenAIAgent.load(f"{tmp_path / 'sdk_agents.py'}:{name}")
+    try:
+        return await EpisodeRunner(agent, llm, timeout=60).run(sample)
+    finally:
+        await agent.aclose()
+
+
+@pytest.mark.parametrize(("case", "status", "says"), [
+    ("engine", 502, "the inference server went away"),
+    ("context", 400, "over max_prompt_tokens="),
+])
+async def test_an_sdk_agent_that_swallows_a_failed_call_fails_its_episode(
+    tmp_path, tiny_tokenizer, case, status, says
+) -> None:
+    """The OpenAI SDK sees a 502 (the engine failed) or a 400 ``context_length_exceeded`` (a prompt over
+    ``max_prompt_tokens``) on its second call and the agent swallows it: FAILED, named, never trained."""
+    pytest.importorskip("openai")
+    if case == "engine":
+        llm = TokenLLM(ScriptedTokenEngine(_failing_after(tiny_tokenizer, 1)), tiny_tokenizer, tool_parser="hermes")
+        second = "and now?"
+    else:
+        llm = TokenLLM(ScriptedTokenEngine(_script(tiny_tokenizer)), tiny_tokenizer, tool_parser="hermes",
+                       max_prompt_tokens=200)
+        second = "and now? " * 200
+    sample = Sample(id="s", prompt=[{"role": "user", "content": "hi"}], extra_info={"second": second})
+    episode = await _run_sdk(tmp_path, "swallowing", llm, sample)
+    assert episode.status is EpisodeStatus.FAILED and episode.training is None, episode
+    assert episode.error.startswith(f"the gateway failed 1 call(s): first: {status} "), episode.error
+    assert says in episode.error
+    (failure,) = episode.metadata["gateway_failures"]
+    assert failure["status"] == status
+    assert failure["code"] == ("context_length_exceeded" if case == "context" else None)
+    assert episode.messages  # the first call's conversation is recorded
+
+
+async def test_a_client_that_sees_no_failure_or_whose_retry_answered_trains(tmp_path, tiny_tokenizer) -> None:
+    """No failure: the episode is unchanged (no gateway_failures). A 502 the SDK retried with the same
+    request, answered: the failure is kept as retried and the episode trains what was sampled."""
+    pytest.importorskip("openai")
+    sample = Sample(id="s", prompt=[{"role": "user", "content": "hi"}])
+    engine = ScriptedTokenEngine(_script(tiny_tokenizer))
+    llm = TokenLLM(engine, tiny_tokenizer, tool_parser="hermes")
+    episode = await _run_sdk(tmp_path, "retrying", llm, sample)
+    assert episode.status is EpisodeStatus.SUCCESS and episode.final_answer == "It is 5.", episode.error
+    assert "gateway_failures" not in episode.metadata
+    assert check_segments(episode.training, engine.calls) == [[0]]
+
+    engine = ScriptedTokenEngine(_failing_after(tiny_tokenizer, 0, times=1))
+    llm = TokenLLM(engine, tiny_tokenizer, tool_parser="hermes")
+    episode = await _run_sdk(tmp_path, "retrying", llm, sample)
+    assert episode.status is EpisodeStatus.SUCCESS and episode.final_answer == "It is 5.", episode.error
+    (failure,) = episode.metadata["gateway_failures"]
+    assert failure["status"] == 502 and failure["retried"] is True
+    assert check_segments(episode.training, engine.calls) == [[0]]

@@ -20,7 +20,15 @@ Client mistakes are answered with codes the OpenAI SDK does not retry (a retry w
 bug into a rewritten episode): a second call while one is in flight in the session is ``409`` with
 ``x-should-retry: false``, a call after the session was finished ``410``, an unknown session
 ``404``; every 4xx carries ``x-should-retry: false``. An engine failure stays ``502`` (nothing was
-recorded, so a retry is safe).
+recorded, so a retry is safe); a prompt over the token client's ``max_prompt_tokens`` is ``400``
+with code ``context_length_exceeded`` (as OpenAI answers, and not retried); anything else that
+fails on the server side is ``500``.
+
+Failed calls are recorded per session (``aworld_core.gateway.failures``): every 5xx and the
+context-length 400 fail the episode even when the client swallows the error (smolagents returns it
+as its answer); ``finish(episode_id)`` returns them with the view, ``finish_session`` answers
+``None`` for such a session (nothing of it may train), and the JSON views carry
+``gateway_failures``.
 
 Malformed tool calls: an OpenAI response cannot carry a call that did not parse, so the message
 holds only the valid calls, and the failed ones are listed in the extension field
@@ -43,13 +51,23 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from aworld_core.errors import AworldError, LLMError, UsageError
+from aworld_core.errors import LLMError, UsageError
 from aworld_core.gateway import responses as rs
+from aworld_core.gateway.failures import (
+    CONTEXT_LENGTH_EXCEEDED,
+    CallFailure,
+    FinishedSession,
+    GatewayFailures,
+    clean_message,
+    fails_episode,
+    request_key,
+)
 from aworld_core.gateway.fields import GatewayRequestError, parse_chat, sampling_from_body
 from aworld_core.gateway.streaming import TextStream, TurnStream
 from aworld_core.llm.base import LLMResponse
 from aworld_core.schemas import TrainingView
-from aworld_core.tokens.llm import SessionBusyError, SessionFinishedError, TokenLLM
+from aworld_core.secrets import mask
+from aworld_core.tokens.llm import PromptTooLongError, SessionBusyError, SessionFinishedError, TokenLLM
 from aworld_core.tokens.turn import TurnRefused, TurnRequest
 
 log = logging.getLogger(__name__)
@@ -70,21 +88,21 @@ def _error(
     )
 
 
-def _failure(exc: BaseException, session_id: str | None) -> JSONResponse:
-    """The HTTP answer for an exception of the token path."""
+def _error_of(exc: BaseException) -> tuple[int, str, str | None, str | None]:
+    """``(status, type, param, code)`` of the OpenAI error answering an exception of the token path."""
     if isinstance(exc, (GatewayRequestError, TurnRefused)):
-        return _error(getattr(exc, "status", 400), str(exc), "invalid_request_error", exc.param)
+        return getattr(exc, "status", 400), "invalid_request_error", exc.param, None
     if isinstance(exc, SessionBusyError):
-        return _error(409, str(exc), "invalid_request_error", code="session_busy")
+        return 409, "invalid_request_error", None, "session_busy"
     if isinstance(exc, SessionFinishedError):
-        return _error(410, str(exc), "invalid_request_error", code="session_finished")
+        return 410, "invalid_request_error", None, "session_finished"
     if isinstance(exc, UsageError):
-        return _error(400, str(exc), "invalid_request_error")
+        return 400, "invalid_request_error", None, None
+    if isinstance(exc, PromptTooLongError):
+        return 400, "invalid_request_error", "messages", CONTEXT_LENGTH_EXCEEDED
     if isinstance(exc, LLMError):
-        log.warning("gateway: session %s failed: %s", session_id, exc)
-        return _error(502, str(exc), "server_error")
-    log.warning("gateway: session %s failed: %s", session_id, exc)
-    return _error(500, str(exc), "server_error")
+        return 502, "server_error", None, None
+    return 500, "server_error", None, None
 
 
 class Gateway:
@@ -95,6 +113,7 @@ class Gateway:
         self.model_name = model_name or llm.model_name
         self.created = int(time.time())
         self.responses = rs.ResponseStore()
+        self.failed_calls = GatewayFailures()
         self._puts = 0
         # a template without a developer role of its own renders 'developer' as its system role
         self.developer_as_system = "developer" not in (llm.renderer.template or "")
@@ -117,13 +136,62 @@ class Gateway:
 
     # -- the backend's Python API -------------------------------------------------------------
 
-    def finish_session(self, episode_id: str) -> TrainingView | None:
-        """The episode's training view, dropping its session (``None`` if it never called)."""
+    def finish(self, episode_id: str) -> FinishedSession:
+        """The episode's training view and the calls the gateway failed in it, dropping the session.
+        ``.error()`` is not ``None`` when a failure stands: the episode failed, nothing of it trains."""
         self.responses.forget_session(episode_id)
-        return self.llm.finish_session(episode_id)
+        view = self.llm.finish_session(episode_id)
+        failures, more = self.failed_calls.pop(episode_id)
+        return FinishedSession(view, failures, more)
+
+    def finish_session(self, episode_id: str) -> TrainingView | None:
+        """The episode's training view, dropping its session (``None`` if it never called, or when
+        the gateway failed one of its calls: see :meth:`finish`)."""
+        finished = self.finish(episode_id)
+        error = finished.error()
+        if error is not None:
+            log.warning("gateway: session %s is not trained: %s", episode_id, error)
+            return None
+        return finished.view
 
     def training_view(self, episode_id: str) -> TrainingView | None:
         return self.llm.training_view(episode_id)
+
+    def failures(self, episode_id: str) -> list[CallFailure]:
+        """The calls the gateway failed in the session so far (``retried`` ones included)."""
+        return self.failed_calls.of(episode_id)
+
+    def _failure(
+        self, exc: BaseException, session_id: str | None, api: str, key: str | None
+    ) -> JSONResponse:
+        """The OpenAI error answering ``exc``, recorded first when it fails the episode."""
+        status, kind, param, code = _error_of(exc)
+        message = mask(str(exc)) or type(exc).__name__
+        self._record(status, kind, code, message, session_id, api, key)
+        return _error(status, message, kind, param, code)
+
+    def _record(
+        self, status: int, kind: str, code: str | None, message: str, session_id: str | None, api: str,
+        key: str | None,
+    ) -> None:
+        if not fails_episode(status, code):
+            return
+        log.warning("gateway: session %s: %s call failed (%d): %s", session_id, api, status, message)
+        if session_id:  # a stateless call belongs to no episode
+            failure = CallFailure(status=status, message=clean_message(message), type=kind, code=code, api=api)
+            self.failed_calls.record(session_id, failure, key)
+
+    def _answered(self, session_id: str | None, key: str) -> None:
+        if session_id:
+            self.failed_calls.answered(session_id, key)
+
+    def _failure_stream(self, exc: BaseException, session_id: str | None, api: str, key: str) -> str:
+        """An error inside a stream that began (the HTTP status was already 200): recorded as the
+        status it would have had; the message for the stream's error event."""
+        status, kind, _, code = _error_of(exc)
+        message = mask(str(exc)) or type(exc).__name__
+        self._record(status, kind, code, message, session_id, api, key)
+        return message
 
     # -- handlers -----------------------------------------------------------------------------
 
@@ -141,16 +209,13 @@ class Gateway:
         )
 
     async def _training(self, request: Request) -> Response:
-        view = self.llm.training_view(request.path_params["episode_id"])
-        if view is None:
-            return _error(404, f"no session {request.path_params['episode_id']!r}", "not_found_error")
-        return JSONResponse(view.model_dump(mode="json"))
+        episode_id = request.path_params["episode_id"]
+        return _view_answer(episode_id, self.llm.training_view(episode_id), self.failures(episode_id))
 
     async def _finish(self, request: Request) -> Response:
-        view = self.finish_session(request.path_params["episode_id"])
-        if view is None:
-            return _error(404, f"no session {request.path_params['episode_id']!r}", "not_found_error")
-        return JSONResponse(view.model_dump(mode="json"))
+        episode_id = request.path_params["episode_id"]
+        finished = self.finish(episode_id)
+        return _view_answer(episode_id, finished.view, finished.failures, finished.error())
 
     async def _body(self, request: Request) -> dict[str, Any]:
         try:
@@ -174,6 +239,7 @@ class Gateway:
 
     async def _chat(self, request: Request) -> Response:
         session_id = request.path_params.get("episode_id") or request.headers.get(SESSION_HEADER)
+        key = request_key("chat.completions", await request.body())
         try:
             chat = parse_chat(await self._body(request))
             messages = self._messages(chat.messages)
@@ -184,10 +250,13 @@ class Gateway:
             if chat.stream:
                 stream = TurnStream(run, chat.turn)
                 await stream.first()
-                return StreamingResponse(self._chat_events(chat, stream), media_type="text/event-stream")
+                return StreamingResponse(
+                    self._chat_events(chat, stream, session_id, key), media_type="text/event-stream"
+                )
             response = await run(chat.turn)
-        except AworldError as exc:  # every failure of the token path is an OpenAI error response
-            return _failure(exc, session_id)
+        except Exception as exc:  # every failure of the token path is an OpenAI error response
+            return self._failure(exc, session_id, "chat.completions", key)
+        self._answered(session_id, key)
         return JSONResponse(self._completion(response, chat.turn, chat.logprobs))
 
     def _token_logprobs(
@@ -243,7 +312,9 @@ class Gateway:
             "usage": response.usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         }
 
-    async def _chat_events(self, chat: Any, stream: TurnStream) -> AsyncIterator[bytes]:
+    async def _chat_events(
+        self, chat: Any, stream: TurnStream, session_id: str | None, key: str
+    ) -> AsyncIterator[bytes]:
         base = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion.chunk",
@@ -285,8 +356,9 @@ class Gateway:
         except asyncio.CancelledError:
             stream.cancel()
             raise
-        except AworldError as exc:  # the stream has begun: the error goes in it, as OpenAI's do
-            yield f"data: {json.dumps({'error': {'message': str(exc), 'type': 'server_error'}})}\n\n".encode()
+        except Exception as exc:  # the stream has begun: the error goes in it, as OpenAI's do
+            message = self._failure_stream(exc, session_id, "chat.completions", key)
+            yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error'}})}\n\n".encode()
             yield b"data: [DONE]\n\n"
             return
         finally:
@@ -319,6 +391,7 @@ class Gateway:
         if chat.include_usage:
             usage = response.usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
             yield f"data: {json.dumps(base | {'choices': [], 'usage': usage})}\n\n".encode()
+        self._answered(session_id, key)
         yield b"data: [DONE]\n\n"
 
     # -- responses -----------------------------------------------------------------------------
@@ -334,6 +407,7 @@ class Gateway:
 
     async def _responses(self, request: Request) -> Response:
         session_id = request.path_params.get("episode_id") or request.headers.get(SESSION_HEADER)
+        key = request_key("responses", await request.body())
         try:
             req = rs.parse_responses(await self._body(request), self.responses, session_id)
             messages = self._messages(req.messages)
@@ -345,13 +419,14 @@ class Gateway:
                 stream = TurnStream(run, req.turn)
                 await stream.first()
                 return StreamingResponse(
-                    self._response_events(req, stream, session_id), media_type="text/event-stream"
+                    self._response_events(req, stream, session_id, key), media_type="text/event-stream"
                 )
             response = await run(req.turn)
-        except AworldError as exc:  # every failure of the token path is an OpenAI error response
+        except Exception as exc:  # every failure of the token path is an OpenAI error response
             if isinstance(exc, TurnRefused) and exc.param == "response_format":
                 exc.param = "text"  # the Responses API asks for structured output in text.format
-            return _failure(exc, session_id)
+            return self._failure(exc, session_id, "responses", key)
+        self._answered(session_id, key)
         response_id = rs.new_id("resp")
         logprobs = self._response_logprobs(response, req.turn) if req.logprobs else None
         data = self._response_object(
@@ -404,7 +479,7 @@ class Gateway:
                 self.responses.forget_sessions_except(live)
 
     async def _response_events(
-        self, req: rs.ResponsesRequest, stream: TurnStream, session_id: str | None
+        self, req: rs.ResponsesRequest, stream: TurnStream, session_id: str | None, key: str
     ) -> AsyncIterator[bytes]:
         response_id, created = rs.new_id("resp"), rs.now()
         sequence = 0
@@ -519,7 +594,8 @@ class Gateway:
         except asyncio.CancelledError:
             stream.cancel()
             raise
-        except AworldError as exc:
+        except Exception as exc:
+            message = self._failure_stream(exc, session_id, "responses", key)
             failed = rs.response_object(
                 req,
                 response_id,
@@ -529,7 +605,7 @@ class Gateway:
                 usage=None,
                 created_at=created,
             )
-            failed["error"] = {"code": "server_error", "message": str(exc)}
+            failed["error"] = {"code": "server_error", "message": message}
             yield event("response.failed", response=failed)
             return
         finally:
@@ -595,7 +671,21 @@ class Gateway:
         data = self._response_object(req, response_id, response, done_items, created)
         self._keep(req, response_id, response, data, session_id)
         kind = "response.incomplete" if data["status"] == "incomplete" else "response.completed"
+        self._answered(session_id, key)
         yield event(kind, response=data)
+
+
+def _view_answer(
+    episode_id: str, view: TrainingView | None, failures: list[CallFailure], error: str | None = None
+) -> Response:
+    """A session's view as JSON with the calls the gateway failed in it (``gateway_failures``;
+    one not ``retried`` means the episode failed: do not train it); 404 when there is no view."""
+    if view is None:
+        why = f"; {error}" if error else ""
+        return _error(404, f"no session {episode_id!r}{why}", "not_found_error")
+    return JSONResponse(
+        {**view.model_dump(mode="json"), "gateway_failures": [f.model_dump(mode="json") for f in failures]}
+    )
 
 
 def _message(response: LLMResponse) -> dict[str, Any]:

@@ -60,6 +60,11 @@ class SessionFinishedError(LLMError):
     """A call in a session that was finished (a client mistake: the gateway answers 410)."""
 
 
+class PromptTooLongError(LLMError):
+    """A prompt over ``max_prompt_tokens`` (the gateway answers 400 ``context_length_exceeded``, as
+    OpenAI does, and counts it as a failure of the episode)."""
+
+
 def load_tokenizer(path: str | Path) -> Any:
     """A tokenizer from a directory, keeping the ids of its own ``tokenizer.json``.
 
@@ -429,7 +434,7 @@ class TokenLLM:
 
     def _check_prompt(self, prompt: list[int], session_id: str | None) -> None:
         if self.max_prompt_tokens is not None and len(prompt) > self.max_prompt_tokens:
-            raise LLMError(
+            raise PromptTooLongError(
                 f"the prompt of session {session_id!r} is {len(prompt)} tokens, over max_prompt_tokens="
                 f"{self.max_prompt_tokens}; shorten the task or the tool list, or raise the limit"
             )

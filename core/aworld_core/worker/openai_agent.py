@@ -10,7 +10,11 @@ job's ``Agent``, and the core's ``rollout`` hook runs it
 kit's, as for any agent, and every backend that runs the kit's ``EpisodeRunner`` over a
 ``TokenLLM`` trains it. Every call the function makes to ``base_url`` (the gateway's per-episode URL,
 ``/sessions/<episode id>/v1``) lands in that episode's token record; a client that re-serializes its
-history (smolagents) or compacts it makes the episode several token-exact segments.
+history (smolagents) or compacts it makes the episode several token-exact segments. A call the
+gateway failed on the server side (a 5xx, a prompt over the context limit:
+``aworld_core.gateway.failures``) fails the episode even when the function returned normally
+(smolagents swallows such an error and answers with its text): it is recorded (messages and
+``metadata["gateway_failures"]`` kept), never trained.
 
 Each :class:`OpenAIAgent` owns its :class:`Gateways` (one gateway per event loop and token client,
 started on first use); the kit's agent cache closes them with the agent (``clear_caches``, at exit).
@@ -33,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 #: where the job names such an agent (the one spelling; messages name it)
 SETTING = "agent.openai_agent"
+#: ``episode.metadata`` key: the calls the gateway failed in the episode (``CallFailure`` dumps)
+GATEWAY_FAILURES = "gateway_failures"
 
 
 class OpenAIAgent:
@@ -119,9 +125,16 @@ async def run_openai_episode(agent: OpenAIAgent, sample: Sample, llm: Any, conte
             episode.finish(EpisodeStatus.SUCCESS)
     session = llm.session(episode_id)
     episode.messages = list(session.history) if session is not None else []
-    view = llm.finish_session(episode_id)
+    finished = server.gateway.finish(episode_id)  # the view and the calls the gateway failed
+    if finished.failures:
+        episode.metadata[GATEWAY_FAILURES] = [f.model_dump(mode="json") for f in finished.failures]
+    error = finished.error()
+    if error is not None and episode.status is EpisodeStatus.SUCCESS:
+        # the agent returned normally although a call failed on the server side: a client that
+        # swallows errors (smolagents answers with the error text) must not train on that answer
+        episode.finish(EpisodeStatus.FAILED, error)
     if episode.status is EpisodeStatus.SUCCESS:
-        episode.training = view
+        episode.training = finished.view
     return episode
 
 

@@ -1,0 +1,152 @@
+"""The calls the gateway failed on the server side, per session: the one owner of that record.
+
+Why: an agent written against the OpenAI API may swallow an error (smolagents'
+``provide_final_answer`` catches every exception and returns its text as the answer), so the
+agent function returning normally does not mean its episode is whole. What the gateway itself
+answered is the only reliable witness, so it records, per session, every call it failed:
+
+* every 5xx: ``502`` (the token engine failed) and ``500`` (anything else on the server side);
+* ``400 context_length_exceeded``: the prompt is over the token client's ``max_prompt_tokens``.
+  OpenAI answers an overflow with this 400 too, but here it is a limit of the training setup, not
+  a mistake of the client: the episode was cut short, so it fails.
+
+Every other 4xx is a client mistake (a refused field, a second call in flight, a call after
+``finish_session``, an unknown stored response): the agent got the answer OpenAI would give, nothing
+was sampled or recorded, and the episode is what the agent does with that answer, so it is not a
+failure of the episode.
+
+A failed call that a later **identical** request in the same session answered (an SDK's retry of
+a ``502``: same path, same body bytes) is kept with ``retried=True`` and does not fail the episode:
+the client got its answer and its conversation went on as if the failure never happened.
+
+:class:`GatewayFailures` keeps the records; ``Gateway.failures(id)`` shows a session's so far and
+``Gateway.finish(id)`` returns them with the training view as a :class:`FinishedSession`, whose
+:meth:`~FinishedSession.error` is the episode's error message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict
+
+from aworld_core.schemas import TrainingView
+from aworld_core.secrets import mask
+
+#: the OpenAI error code of a prompt over the context limit (a 4xx that fails the episode)
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+#: a recorded message is cut to this many characters
+MAX_MESSAGE_CHARS = 500
+#: records kept per session (later failures are counted, not kept)
+MAX_PER_SESSION = 32
+
+
+def fails_episode(status: int, code: str | None) -> bool:
+    """Whether an error answer of the gateway is a failure of the episode (see the module docstring)."""
+    return status >= 500 or (status == 400 and code == CONTEXT_LENGTH_EXCEEDED)
+
+
+def clean_message(message: str) -> str:
+    """``message`` with registered secrets masked (``aworld_core.secrets``), cut to a readable length."""
+    text = mask(message)
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
+
+
+def request_key(path: str, body: bytes) -> str:
+    """What identifies a retry of a request: its API path and its body bytes."""
+    return hashlib.sha256(path.encode() + b"\0" + body).hexdigest()
+
+
+class CallFailure(BaseModel):
+    """One call the gateway failed: its HTTP ``status``, OpenAI error ``type`` and ``code``, the
+    ``message`` it answered (secrets masked), the API it was (``chat.completions`` /
+    ``responses``) and whether a later identical request was answered (``retried``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: int
+    message: str
+    type: str = "server_error"
+    code: str | None = None
+    api: str = "chat.completions"
+    retried: bool = False
+
+    def describe(self) -> str:
+        return f"{self.status} {self.message}"
+
+
+@dataclass
+class FinishedSession:
+    """A finished session as the gateway saw it: the training view (``None`` when nothing was
+    sampled) and every call it failed, in order. ``failed`` is the failures no retry answered; an
+    episode with any must not train."""
+
+    view: TrainingView | None
+    failures: list[CallFailure] = field(default_factory=list)
+    more_failures: int = 0  # failures past MAX_PER_SESSION, counted only
+
+    @property
+    def failed(self) -> list[CallFailure]:
+        return [f for f in self.failures if not f.retried]
+
+    def error(self) -> str | None:
+        """The episode's error (``None`` when no failure stands): how many calls failed and the first."""
+        failed = self.failed
+        if not failed and not self.more_failures:
+            return None
+        first = failed[0] if failed else self.failures[-1]  # the counted ones were never checked for a retry
+        return f"the gateway failed {len(failed) + self.more_failures} call(s): first: {first.describe()}"
+
+
+@dataclass
+class _Record:
+    failures: list[CallFailure] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)  # request_key of each failure
+    more: int = 0
+
+
+class GatewayFailures:
+    """Thread-safe, bounded per-session failure records (a session the backend never finishes is
+    forgotten after ``max_sessions`` newer ones)."""
+
+    def __init__(self, max_sessions: int = 10_000):
+        self.max_sessions = max_sessions
+        self._lock = threading.Lock()
+        self._records: OrderedDict[str, _Record] = OrderedDict()
+
+    def record(self, session_id: str, failure: CallFailure, key: str | None = None) -> None:
+        with self._lock:
+            rec = self._records.get(session_id)
+            if rec is None:
+                rec = self._records[session_id] = _Record()
+                while len(self._records) > self.max_sessions:
+                    self._records.popitem(last=False)
+            if len(rec.failures) >= MAX_PER_SESSION:
+                rec.more += 1
+                return
+            rec.failures.append(failure)
+            rec.keys.append(key or "")
+
+    def answered(self, session_id: str, key: str) -> None:
+        """A request with ``key`` succeeded: earlier failures of the same request were retried."""
+        with self._lock:
+            rec = self._records.get(session_id)
+            if rec is None:
+                return
+            for i, k in enumerate(rec.keys):
+                if k == key and not rec.failures[i].retried:
+                    rec.failures[i] = rec.failures[i].model_copy(update={"retried": True})
+
+    def of(self, session_id: str) -> list[CallFailure]:
+        with self._lock:
+            rec = self._records.get(session_id)
+            return [] if rec is None else list(rec.failures)
+
+    def pop(self, session_id: str) -> tuple[list[CallFailure], int]:
+        """The session's failures and how many more were only counted, forgetting them."""
+        with self._lock:
+            rec = self._records.pop(session_id, None)
+        return ([], 0) if rec is None else (rec.failures, rec.more)
