@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import aiohttp
@@ -194,6 +195,67 @@ async def test_engine_failures_are_a_502_with_the_reason(tiny_tokenizer):
     assert status == 502 and "inference server unreachable" in error["error"]["message"]
 
 
+class _StreamBreaks(ScriptedTokenEngine):
+    """A streamed call sends its first scripted token, then the engine fails (inside a begun stream)."""
+
+    async def stream(self, prompt_ids, sampling, *, request_id):
+        async for piece in super().stream(prompt_ids, sampling, request_id=request_id):
+            yield piece
+            await asyncio.sleep(0.2)  # the gateway has begun its stream (the 200 is sent)
+            raise RuntimeError("the engine died mid-stream")
+
+
+async def test_server_side_failures_are_recorded_per_session_and_fail_it(tiny_tokenizer):
+    """Every 5xx and a context-length 400 are recorded in the session (typed, secrets masked), a
+    begun stream's failure too; client mistakes and stateless calls are not. A session with a
+    standing failure is not trained: finish_session answers None, DELETE a 404 naming the failure."""
+    from aworld_core.gateway import CallFailure
+    from aworld_core.secrets import register_secret
+
+    secret = "sk-test-secret-27-abcdef"
+    register_secret(secret)
+
+    def broken(prompt_ids, sampling, request_id):
+        raise RuntimeError(f"inference server unreachable (key {secret})")
+
+    llm = TokenLLM(ScriptedTokenEngine(broken), tiny_tokenizer, chat_template=load_template("qwen2_5"),
+                   max_prompt_tokens=60)
+    hi = {"messages": [{"role": "user", "content": "x"}]}
+    with GatewayServer(Gateway(llm)) as server:
+        url = f"{server.session_base_url('e')}/chat/completions"
+        assert (await post(url, hi))[0] == 502
+        assert (await post(f"{server.session_base_url('e')}/responses", {"input": "x"}))[0] == 502
+        status, error = await post(url, {"messages": [{"role": "user", "content": "x " * 100}]})
+        assert status == 400 and error["error"]["code"] == "context_length_exceeded"
+        assert (await post(url, {**hi, "n": 2}))[0] == 400  # a client mistake: not recorded
+        assert (await post(f"{server.base_url}/chat/completions", hi))[0] == 502  # stateless: no episode
+        failures = server.gateway.failures("e")
+        assert all(isinstance(f, CallFailure) for f in failures)
+        assert [(f.status, f.api, f.code) for f in failures] == [
+            (502, "chat.completions", None), (502, "responses", None), (400, "chat.completions", "context_length_exceeded")
+        ]
+        assert secret not in failures[0].message and "***" in failures[0].message
+        assert secret not in error["error"]["message"]
+        async with aiohttp.ClientSession() as http, http.delete(f"http://{server.address}/sessions/e") as r:
+            assert r.status == 404 and "the gateway failed 3 call(s): first: 502 " in (await r.json())["error"]["message"]
+        assert server.gateway.failures("e") == []
+        assert (await post(url, hi))[0] == 410  # finished: a client mistake, not recorded
+        assert server.gateway.failures("e") == [] and server.gateway.finish_session("e") is None
+
+    answer = turn(tiny_tokenizer, ANSWER)
+    llm = TokenLLM(_StreamBreaks([answer, answer]), tiny_tokenizer, chat_template=load_template("qwen2_5"))
+    with GatewayServer(Gateway(llm)) as server:
+        url = f"{server.session_base_url('ep-f')}/chat/completions"
+        assert (await post(url, hi))[0] == 200
+        async with aiohttp.ClientSession() as http, http.post(url, json={
+            "messages": [*hi["messages"], ANSWER, {"role": "user", "content": "go on"}], "stream": True}) as r:
+            assert r.status == 200 and "the engine died mid-stream" in await r.text()
+        status, view = await get(f"http://{server.address}/sessions/ep-f/training")
+        assert status == 200 and [f["status"] for f in view["gateway_failures"]] == [502]
+        assert view["num_turns"] == 1 and server.gateway.training_view("ep-f").num_turns == 1
+        assert server.gateway.finish_session("ep-f") is None  # a view, but a failure stands: not trained
+
+
 async def test_malformed_tool_calls_are_listed_apart(tiny_tokenizer):
     bad = tiny_tokenizer.encode('<tool_call>\n{"name": "calc", "arguments": {oops}\n</tool_call><|im_end|>',
                                 add_special_tokens=False)
@@ -213,7 +275,8 @@ async def test_delete_finishes_a_session(scripted):
     server, _ = scripted
     await post(f"{server.session_base_url('ep-d')}/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
     async with aiohttp.ClientSession() as http, http.delete(f"http://{server.address}/sessions/ep-d") as r:
-        assert r.status == 200 and (await r.json())["num_turns"] == 1
+        data = await r.json()
+        assert r.status == 200 and data["num_turns"] == 1 and data["gateway_failures"] == []
     assert server.gateway.training_view("ep-d") is None
 
 

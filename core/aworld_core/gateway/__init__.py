@@ -2,6 +2,7 @@
 become trainable unchanged, with every episode's exact tokens recorded."""
 
 from aworld_core.gateway.app import SESSION_HEADER, Gateway, GatewayRequestError, sampling_from_body
+from aworld_core.gateway.failures import CallFailure, FinishedSession
 from aworld_core.gateway.server import (
     GatewayServer,
     current_gateway_server,
@@ -12,6 +13,8 @@ from aworld_core.gateway.server import (
 
 __all__ = [
     "SESSION_HEADER",
+    "CallFailure",
+    "FinishedSession",
     "Gateway",
     "GatewayRequestError",
     "GatewayServer",
