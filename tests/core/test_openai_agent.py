@@ -239,3 +239,46 @@ async def test_a_client_that_sees_no_failure_or_whose_retry_answered_trains(tmp_
     (failure,) = episode.metadata["gateway_failures"]
     assert failure["status"] == 502 and failure["retried"] is True
     assert check_segments(episode.training, engine.calls) == [[0]]
+
+
+@pytest.mark.parametrize("failed_episodes", ["keep_group_neutral", "drop_group"])
+async def test_a_swallowed_failure_counts_in_its_group_as_any_failed_episode(
+    tmp_path, tiny_tokenizer, failed_episodes
+) -> None:
+    """One member of a group of two swallows a 502: the group keeps both members (the failed one
+    recorded, untrained), and the group policy acts on it as on any failed episode."""
+    pytest.importorskip("openai")
+    from aworld_core.worker import GroupPolicy
+    from aworld_core.worker.policy import is_trainable
+
+    answer = _script(tiny_tokenizer)
+    calls: dict[str, int] = {}
+    failed: list[str] = []
+
+    def script(prompt_ids, sampling, request_id):
+        calls[request_id] = calls.get(request_id, 0) + 1
+        if calls[request_id] == 2 and not failed:  # the first member to make its second call
+            failed.append(request_id)
+            raise _EngineDown("the inference server went away")
+        return answer(prompt_ids, sampling, request_id)
+
+    llm = TokenLLM(ScriptedTokenEngine(script), tiny_tokenizer, tool_parser="hermes")
+    (tmp_path / "sdk_agents.py").write_text(_sdk_agent_source())
+    agent = OpenAIAgent.load(f"{tmp_path / 'sdk_agents.py'}:swallowing")
+    sample = Sample(id="s", prompt=[{"role": "user", "content": "hi"}], extra_info={"second": "and now?"})
+    try:
+        group = await EpisodeRunner(agent, llm, timeout=60, policy=GroupPolicy(failed_episodes)).run_group(sample, 2)
+    finally:
+        await agent.aclose()
+    assert len(group.episodes) == 2
+    statuses = {e.id: e.status for e in group.episodes}
+    assert statuses[failed[0]] is EpisodeStatus.FAILED
+    assert [s for i, s in statuses.items() if i != failed[0]] == [EpisodeStatus.SUCCESS]
+    if failed_episodes == "drop_group":
+        assert group.dropped and "1 of 2 members failed (failed)" in group.dropped
+        assert not any(is_trainable(e, needs_reward=False) for e in group.episodes)
+    else:
+        assert group.dropped is None
+        assert [is_trainable(e, needs_reward=False) for e in group.episodes] == [
+            e.id != failed[0] for e in group.episodes
+        ]
