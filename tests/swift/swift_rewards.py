@@ -27,3 +27,10 @@ def answer_parity(episode: Any, sample: Any) -> float:
     sampled episodes whatever the tiny model writes, so GRPO groups have an advantage."""
     calls = [step.exp_data.llm_call for step in episode.steps if step.exp_data.llm_call is not None]
     return float(sum(len(c.token_data.response_ids) for c in calls if c.token_data is not None) % 2)
+
+
+def sampled_parity(episode: Any, sample: Any) -> float:
+    """1.0 when the episode's training view holds an odd number of sampled tokens, else 0.0: like
+    ``answer_parity`` for an agent written against the OpenAI API (its episode has no steps)."""
+    view = episode.training
+    return float(sum(view.response_mask) % 2) if view is not None else 0.0

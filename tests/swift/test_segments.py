@@ -48,10 +48,12 @@ def _compacting_runtime(tmp_path: Path, mcp_config: dict[str, Any]) -> SwiftRunt
     return runtime
 
 
-def _recorded_rollout(parts: dict[str, Any], rows: list[dict[str, Any]], generations: int,
-                      max_turns: int = 5) -> tuple[list[Any], list[Any], list[tuple[list[int], list[int]]]]:
+def _recorded_rollout(parts: dict[str, Any], rows: list[dict[str, Any]], generations: int, max_turns: int = 5,
+                      logprobs: list[list[float]] | None = None,
+                      ) -> tuple[list[Any], list[Any], list[tuple[list[int], list[int]]]]:
     """ms-swift's colocate driver over the batch; every generation its engine made, as (the prompt
-    ids ms-swift's template encoded the request to, the sampled ids)."""
+    ids ms-swift's template encoded the request to, the sampled ids); with ``logprobs``, the engine's
+    logprobs of each generation go there (in the same order)."""
     from swift.infer_engine import RequestConfig
     from swift.infer_engine.protocol import RolloutInferRequest, RolloutOutput
     from swift.rl_core.data import GRPOSample
@@ -76,6 +78,8 @@ def _recorded_rollout(parts: dict[str, Any], rows: list[dict[str, Any]], generat
         prompts = [list(template.encode(deepcopy(request))["input_ids"]) for request in batch]
         responses = engine.infer(batch, cfg, use_tqdm=False)
         generated.extend((p, list(r.choices[0].token_ids)) for p, r in zip(prompts, responses, strict=True))
+        if logprobs is not None:
+            logprobs.extend([item["logprob"] for item in r.choices[0].logprobs["content"]] for r in responses)
         return [RolloutOutput(response=r) for r in responses]
 
     invoke_async_hook(scheduler.on_trajectory_start(requests))
@@ -302,9 +306,152 @@ def test_dry_run_refuses_a_compacting_agent_without_a_token_mean_loss(tmp_path, 
     assert _dry_run(path)[0] == 0
 
 
-def test_dry_run_refuses_an_openai_api_agent(tmp_path, capsys):
-    """ms-swift renders every prompt from the row's tools: an agent written against the OpenAI API
-    (smolagents: tool_choice 'required', a tool-less final-answer call) is refused before anything runs."""
+SMOLAGENTS = "segment_agents:smolagents_agent"
+
+
+def _smolagents_job(tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": "swift-smolagents",
+        "output_dir": str(tmp_path / "run"),
+        "agent": {"openai_agent": SMOLAGENTS},
+        "reward": {"name": f"{HERE / 'swift_rewards.py'}:sampled_parity", "trajectory_aware": True},
+        "rollout": {"episode_timeout_s": 120},
+        **extra,
+    }
+
+
+def _smolagents_rows(tmp_path: Path, pairs: list[tuple[int, int]]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The rows aworld-swift's launch writes for the smolagents agent: its tools listed by the probe
+    (one real smolagents run against a loopback endpoint that records its first request)."""
+    import asyncio
+
+    from swift_testkit import write_add_dataset
+
+    from aworld_core.config import DatasetSection
+    from aworld_core.datasets import load_dataset_section
+    from aworld_core.worker import OpenAIAgent
+    from aworld_swift.rows import list_openai_agent_tools, swift_row
+
+    samples = load_dataset_section(DatasetSection(path=str(write_add_dataset(tmp_path / "data.jsonl", pairs))))
+    tools, choice = asyncio.run(list_openai_agent_tools(OpenAIAgent.load(SMOLAGENTS, str(HERE)), samples[0],
+                                                        timeout=60))
+    assert choice == "required"  # smolagents forces its tool call
+    return [swift_row(sample, tools) for sample in samples], tools
+
+
+def test_a_smolagents_episode_trains_every_segment_exactly(tmp_path, swift_parts, cleanup):  # noqa: F811
+    """Real smolagents (``ToolCallingAgent`` over ``OpenAIServerModel``, unmodified) as the job's
+    ``agent.openai_agent``, through the core's gateway and ms-swift's own colocate driver. Its first call
+    asks ``tool_choice: "required"``: ms-swift samples it after the forced call opening (held by the
+    prompt's id-backed assistant message, never trained); it sends its tool call back as assistant text
+    and the result as a user "Observation:" message, and its final-answer call sends no tools, so each
+    episode is two segments. Each becomes one row of ms-swift's batch, which labels exactly the ids
+    ms-swift's engine sampled for it (their logprobs the engine's), each under the very prompt it was
+    sampled from, and nothing else."""
+    pytest.importorskip("smolagents")
+    from aworld_swift.segments import segment_outputs
+
+    job = load_job_config(data=_smolagents_job(tmp_path))
+    (tmp_path / "run").mkdir(parents=True, exist_ok=True)
+    set_runtime(SwiftRuntime(job, tmp_path / "run" / "job.json"))
+    rows, tools = _smolagents_rows(tmp_path, [(2, 3)])
+    assert sorted(t["function"]["name"] for t in tools) == ["add", "calc", "final_answer"]
+    engine_logprobs: list[list[float]] = []
+    samples, outputs, generated = _recorded_rollout(swift_parts, rows, generations=2, logprobs=engine_logprobs)
+    decode = swift_parts["processor"].decode
+    episodes = {e.id: e for e in read_episodes(tmp_path / "run" / "trajectories.jsonl")}
+    trained_episodes = 0
+    for sample, output in zip(samples, outputs, strict=True):
+        info = output.rollout_infos[INFO_KEY]
+        episode = episodes[info["episode_id"]]
+        assert info["trained"], info
+        view = episode.training
+        assert [s.start for s in view.segments()] == ["first", "rewrite"]
+        first, second = view.segments()
+        # the first turn was sampled after the forced call opening (the end of its prompt, not trained)
+        assert decode(first.prompt_ids).replace(" ", "").endswith('<tool_call>\n{"name":"')
+        # smolagents' final-answer call: its memory re-serialized as plain messages (a new render)
+        assert decode(second.prompt_ids).rstrip().endswith("Now answer: What is 2 + 3?<|im_end|>\n<|im_start|>assistant")
+        assert "[{'type'" not in decode(first.prompt_ids) + decode(second.prompt_ids)  # text parts read as text
+        expanded = segment_outputs(output, sample.request_id)
+        assert len(expanded) == 2 and {o.response.id for o in expanded} == {sample.request_id}
+        trained_sampled: list[int] = []
+        for row_output, segment in zip(expanded, view.segments(), strict=True):
+            row = deepcopy(sample)
+            row.apply_rollout_output(rollout_output=row_output)
+            input_ids, labels = _trained(swift_parts, row)
+            assert input_ids == [*segment.prompt_ids, *segment.response_ids]
+            assert labels == [-100] * len(segment.prompt_ids) + [
+                i if m else -100 for i, m in zip(segment.response_ids, segment.response_mask, strict=True)]
+            # each generation of the segment was sampled from exactly the sequence it is trained in
+            position, turns, engine_lps = len(segment.prompt_ids), 0, []
+            for (prompt, sampled), lps in zip(generated, engine_logprobs, strict=True):
+                if prompt == input_ids[:position] and sampled and input_ids[position:position + len(sampled)] == sampled:
+                    position += len(sampled)
+                    turns += 1
+                    engine_lps += lps
+                    while position < len(input_ids) and labels[position] == -100:
+                        position += 1
+            assert position == len(input_ids) and turns == segment.num_turns == 1
+            # the logprobs ms-swift trains with are the engine's own, one per label (the tolerance: the group's
+            # two members may sample the same ids from the same prompt, matched here to either generation of
+            # the padded batch)
+            assert [lp for turn in row.rollout_logprobs for lp in turn] == pytest.approx(engine_lps, abs=1e-5)
+            assert [lp for lp, m in zip(segment.response_logprobs, segment.response_mask, strict=True) if m] == \
+                [lp for turn in row.rollout_logprobs for lp in turn]
+            trained_sampled += [i for i, m in zip(segment.response_ids, segment.response_mask, strict=True) if m]
+        trained_episodes += 1
+        # nothing but what the engine sampled for this trajectory is trained
+        assert len(trained_sampled) == sum(len(s.response_ids) for s in view.segments())
+    assert trained_episodes == 2
+
+
+def test_a_forced_first_turn_is_refused_by_the_server_mode_driver(tmp_path, swift_parts, cleanup):  # noqa: F811
+    """ms-swift's server-mode driver (``MultiTurnScheduler.run``) drops the first prompt's trailing
+    assistant message, so an episode whose first turn is forced (tool_choice) is refused there, at its
+    first generation: a clear error, nothing sampled unconstrained."""
+    pytest.importorskip("smolagents")
+    from swift.infer_engine import RequestConfig
+    from swift.rl_core.data import GRPOSample
+
+    from aworld_swift.scheduler import AworldScheduler
+
+    job = load_job_config(data=_smolagents_job(tmp_path))
+    (tmp_path / "run").mkdir(parents=True, exist_ok=True)
+    set_runtime(SwiftRuntime(job, tmp_path / "run" / "job.json"))
+    rows, _ = _smolagents_rows(tmp_path, [(2, 3)])
+    scheduler = AworldScheduler(infer_engine=swift_parts["engine"], max_turns=5, tokenizer=swift_parts["processor"],
+                                template=swift_parts["template"])
+    request = GRPOSample.from_row(rows[0]).to_infer_request(include_extra=True)
+    config = RequestConfig(n=1, max_tokens=48, temperature=1.0, return_details=True)
+    import asyncio
+
+    with pytest.raises(UsageError, match="tool_choice.*colocate mode"):
+        asyncio.run(scheduler.run(request, config))
+
+
+def test_launch_refuses_an_openai_api_agent_that_forces_its_first_turn_in_server_mode(tmp_path):
+    """The launch's probe sees smolagents' tool_choice 'required' on its first call: in server mode the
+    run is refused before ms-swift starts."""
+    pytest.importorskip("smolagents")
+    from swift_testkit import write_add_dataset
+
+    from aworld_swift.launch import write_datasets
+
+    write_add_dataset(tmp_path / "data.jsonl", [(2, 3)])
+    data = _smolagents_job(tmp_path, train_dataset={"path": str(tmp_path / "data.jsonl")},
+                           backends={"swift": {"vllm_mode": "server"}})
+    job = load_job_config(data=data)
+    with pytest.raises(UsageError, match="tool_choice 'required'.*colocate mode"):
+        write_datasets(job, tmp_path / "out")
+    data["backends"] = {"swift": {}}
+    written = write_datasets(load_job_config(data=data), tmp_path / "out")
+    row = json.loads(Path(written["swift_train.jsonl"]).read_text().splitlines()[0])
+    assert sorted(t["function"]["name"] for t in json.loads(row["tools"])) == ["add", "calc", "final_answer"]
+
+
+def test_dry_run_accepts_an_openai_api_agent(tmp_path, capsys):
+    """``agent.openai_agent`` trains on the swift backend: its --dry-run plan is accepted."""
     from test_plan import _dry_run, _job_file
 
     path = _job_file(tmp_path)
@@ -313,5 +460,4 @@ def test_dry_run_refuses_an_openai_api_agent(tmp_path, capsys):
     job["rollout"] = {}  # max_turns cannot limit such an agent (refused by the job schema)
     path.write_text(yaml.safe_dump(job))
     code, text = _dry_run(path)
-    text += capsys.readouterr().err
-    assert code == 2 and "agent.openai_agent" in text and "trl, verl or areal" in text, text
+    assert code == 0, text + capsys.readouterr().err

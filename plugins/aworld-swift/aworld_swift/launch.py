@@ -117,7 +117,6 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
     # (sent to the rollout server in server mode), so its engine samples every turn with them
     defaults.update(job.rollout.sampling.native(SAMPLING_KEYS, user, prefix="backends.swift.", backend="swift"))
     args = _merge(defaults, user, "backends.swift")
-    _check_openai_agent(job)
     _check_compaction(job, args)
     if args.get("vllm_mode") == "server":
         if args.get("use_vllm") is False:
@@ -132,24 +131,6 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
         if not (isinstance(ports, list) and len(ports) > 1):  # several servers: the user's own list
             args["vllm_server_port"] = [_server_port(job, args)]
     return {key: value for key, value in args.items() if value is not None}
-
-
-OPENAI_AGENT_REFUSED = (
-    "agent.openai_agent {ref!r}: the swift backend cannot train an agent written against the OpenAI API. "
-    "ms-swift renders every prompt of a trajectory itself, with the tools its dataset row lists (fixed at launch "
-    "from the core agent's tools), while such an agent picks its tools and tool_choice per call (smolagents sends "
-    "tool_choice 'required', whose forced opening ms-swift cannot render, and its final-answer call has no tools): "
-    "its turns could not be sampled from the prompts the episode records. Train it with the trl, verl or areal "
-    "backend, or give an aworld_core Agent (agent fields or agent.factory)"
-)
-
-
-def _check_openai_agent(job: Any) -> None:
-    """Refused at --dry-run rather than failing every episode at its first call."""
-    ref = getattr(job.agent, "openai_agent", None)
-    if ref:
-        raise ConfigError(OPENAI_AGENT_REFUSED.format(ref=ref),
-                          [("agent.openai_agent", ref, "unset on the swift backend (trl, verl or areal train it)")])
 
 
 def _check_compaction(job: Any, args: dict[str, Any]) -> None:
@@ -395,18 +376,36 @@ def write_datasets(job: Any, output_dir: Path) -> dict[str, str]:
     if not train:
         raise UsageError("train_dataset has no rows")
     test = load_dataset_section(job.test_dataset, job.base_dir) if job.test_dataset is not None else None
-    agent = get_plugin_manager().hook.build_agents(job=job, settings=get_settings())
-    if agent is None:
-        raise UsageError("no agent: set 'agent' (fields or factory) in the job config")
     loop = LoopThread("aworld-swift-tools")
     try:
-        tools = loop.run(list_agent_tools(agent, train[0], timeout=job.rollout.timeout_for(agent)))
+        if getattr(job.agent, "openai_agent", None):
+            tools = _openai_agent_tools(job, train[0], loop)
+        else:
+            agent = get_plugin_manager().hook.build_agents(job=job, settings=get_settings())
+            if agent is None:
+                raise UsageError("no agent: set 'agent' (fields or factory) in the job config")
+            tools = loop.run(list_agent_tools(agent, train[0], timeout=job.rollout.timeout_for(agent)))
     finally:
         loop.close()
     written = {TRAIN_FILE: str(write_rows(train, tools, output_dir / TRAIN_FILE))}
     if test is not None:
         written[TEST_FILE] = str(write_rows(test, tools, output_dir / TEST_FILE))
     return written
+
+
+def _openai_agent_tools(job: Any, sample: Any, loop: Any) -> list[dict[str, Any]]:
+    """The tools of ``agent.openai_agent``'s first request (:func:`aworld_swift.rows.list_openai_agent_tools`);
+    a forced first turn is refused in server mode, whose driver cannot honour it."""
+    from aworld_core.worker import OpenAIAgent
+    from aworld_swift.rows import list_openai_agent_tools
+    from aworld_swift.trajectory import FORCED_FIRST_TURN_IN_SERVER_MODE
+
+    agent = OpenAIAgent.from_job(job)
+    tools, choice = loop.run(list_openai_agent_tools(agent, sample, timeout=job.rollout.episode_timeout_s))
+    if choice not in (None, "auto", "none") and job.backend_section(BACKEND).get("vllm_mode") == "server":
+        raise UsageError(f"agent.openai_agent {agent.ref!r} asks tool_choice {choice!r} on its first call: "
+                         + FORCED_FIRST_TURN_IN_SERVER_MODE)
+    return tools
 
 
 def launch(job: Any, plan: LaunchPlan) -> TrainResult:

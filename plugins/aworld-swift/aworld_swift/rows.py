@@ -11,6 +11,14 @@ they are listed once at launch: a probe episode runs the agent on the first samp
 that records the tools the trained agent is offered (MCP servers connected and listed, names
 disambiguated, swarm members as tools: exactly the runtime's own list) and answers at once. The
 scheduler checks each episode's tools against its row.
+
+An agent written against the OpenAI API (``agent.openai_agent``) is probed the same way through
+its own client: the function runs once on the first sample against a loopback endpoint that
+records its first Chat Completions request and answers it with a 400 (which OpenAI SDKs do not
+retry), so the function fails at once. The request is read as the core's gateway reads it
+(``parse_chat``: a field the gateway would refuse is refused here, at launch), and its tools are
+the row's. Its ``tool_choice`` comes back with them (the launch refuses a forced first turn where
+ms-swift's driver cannot honour it).
 """
 
 from __future__ import annotations
@@ -69,6 +77,92 @@ async def list_agent_tools(agent: Any, sample: Sample, *, timeout: float | None 
             "(is an agent marked trainable?)"
         )
     return probe.tools
+
+
+PROBE_MODEL = "aworld-swift-tool-probe"
+PROBE_ANSWER = ("aworld-swift's launch probe records the agent's first request (its tools) and answers no "
+                "request; this error is expected")
+
+
+class _FirstRequest:
+    """A loopback HTTP endpoint that records the first JSON body POSTed to it and answers 400."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.body: dict[str, Any] | None = None
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if recorder.body is None and self.path.rstrip("/").endswith("/chat/completions"):
+                    try:
+                        body = json.loads(raw)
+                    except ValueError:
+                        body = None
+                    recorder.body = body if isinstance(body, dict) else {}
+                error = {"error": {"message": PROBE_ANSWER, "type": "invalid_request_error", "param": None,
+                                   "code": None}}
+                data = json.dumps(error).encode()
+                self.send_response(400)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="aworld-swift-probe", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> _FirstRequest:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+async def list_openai_agent_tools(agent: Any, sample: Sample, *, timeout: float | None = None
+                                  ) -> tuple[list[dict[str, Any]], str | None]:
+    """The tools (and ``tool_choice``) of the first Chat Completions request an OpenAI-API agent
+    (:class:`aworld_core.worker.OpenAIAgent`) sends on ``sample``: see the module docstring."""
+    import asyncio
+
+    from aworld_core.errors import AworldError
+    from aworld_core.gateway.fields import parse_chat
+
+    with _FirstRequest() as endpoint:
+        try:
+            async with asyncio.timeout(timeout):
+                await agent.call(sample, base_url=endpoint.base_url, api_key="aworld", model=PROBE_MODEL)
+        except TimeoutError:
+            if endpoint.body is None:
+                raise UsageError(f"listing the tools of agent.openai_agent {agent.ref!r} failed: it sent no request "
+                                 f"within {timeout:g} s of the probe episode") from None
+        except Exception:  # the expected end: its first request was answered with an error
+            pass
+    if endpoint.body is None:
+        raise UsageError(f"listing the tools of agent.openai_agent {agent.ref!r} failed: its probe run on sample "
+                         f"{sample.id!r} sent no POST /v1/chat/completions (the swift backend trains agents on the "
+                         "Chat Completions API)")
+    try:
+        chat = parse_chat(endpoint.body)
+    except AworldError as exc:
+        raise UsageError(f"agent.openai_agent {agent.ref!r}: its first request would be refused by the gateway: "
+                         f"{exc}") from None
+    return list(chat.tools or []), chat.turn.function or chat.turn.tool_choice
 
 
 def swift_row(sample: Sample, tools: Sequence[dict[str, Any]] | None) -> dict[str, Any]:

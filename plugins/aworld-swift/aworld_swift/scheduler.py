@@ -44,9 +44,10 @@ from swift.rollout.multi_turn import MultiTurnScheduler
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import Message, Sample
+from aworld_core.tokens.messages import content_text
 from aworld_swift.rows import SAMPLE_COLUMN
 from aworld_swift.runtime import SwiftRuntime, get_runtime
-from aworld_swift.trajectory import INFO_KEY, Trajectory
+from aworld_swift.trajectory import FORCED_FIRST_TURN_IN_SERVER_MODE, INFO_KEY, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class AworldScheduler(MultiTurnScheduler):
         self.trajectories: dict[str, Trajectory] = {}
         self.suffix_ids: list[int] | None = None
         self._runtime: SwiftRuntime | None = None
+        self.serving = False  # driven by ms-swift's server-mode ``run`` (a ``swift rollout`` server)
 
     @property
     def runtime(self) -> SwiftRuntime:
@@ -68,6 +70,12 @@ class AworldScheduler(MultiTurnScheduler):
             self._runtime = get_runtime()
             self._runtime.runner(self.tokenizer)
         return self._runtime
+
+    async def run(self, infer_request: Any, request_config: Any, **kwargs: Any) -> Any:
+        """ms-swift's own server-mode driver, unchanged; noted because it drops a first prompt's
+        trailing assistant message (a forced opening, refused there: ``_start``)."""
+        self.serving = True
+        return await super().run(infer_request, request_config, **kwargs)
 
     # -- hooks ------------------------------------------------------------------------------------
 
@@ -91,6 +99,13 @@ class AworldScheduler(MultiTurnScheduler):
         messages, tools = first
         check_tools(tools, request.tools, sample.id)
         request.messages = swift_messages(messages)
+        if trajectory.first_forced:
+            # the first turn is constrained (tool_choice): ms-swift samples after its forced opening, held by an
+            # id-backed assistant message as ms-swift holds every continued turn (its ids trained with mask 0)
+            if self.serving:
+                await runtime.loop.call(trajectory.abort(FORCED_FIRST_TURN_IN_SERVER_MODE))
+                raise UsageError(FORCED_FIRST_TURN_IN_SERVER_MODE)
+            request.messages.append({"role": "assistant", "content": list(trajectory.first_forced)})
         trajectory.swift_prompt_ids = self._prompt_ids(request)
         trajectory.begin(request.messages, request.tools, trajectory.swift_prompt_ids)
 
@@ -119,7 +134,12 @@ class AworldScheduler(MultiTurnScheduler):
         if trajectory.untrainable is not None:  # only the last sampled token keeps its label
             final_logprobs = final_logprobs[-1:] if sampled else []
             keep_last_logprob(response_choice)
-        return {"done": True, "rollout_infos": {INFO_KEY: info}, "rollout_logprobs": final_logprobs}
+        result = {"done": True, "rollout_infos": {INFO_KEY: info}, "rollout_logprobs": final_logprobs}
+        if trajectory.opening:  # a one-turn trajectory whose turn was forced: its opening, then what was sampled
+            opening, trajectory.opening = trajectory.opening, []
+            result["response_token_ids"] = [*opening, *sampled]
+            result["response_loss_mask"] = [0] * len(opening) + [1] * len(sampled)
+        return result
 
     def check_finished(self, infer_request: Any, response_choice: Any, current_turn: int) -> bool:
         trajectory = self.trajectories.get(infer_request.uuid)
@@ -132,8 +152,10 @@ class AworldScheduler(MultiTurnScheduler):
         if trajectory is None:
             raise UsageError(f"ms-swift asked the aworld scheduler to step an unknown trajectory {infer_request.uuid!r}")
         sampled, env = trajectory.turn_sampled, trajectory.turn_env
-        ids = [*sampled, *env]
-        mask = [1] * len(sampled) + [0] * len(env)
+        # the first turn's forced opening (held by the prompt's last assistant message) opens ms-swift's response
+        opening, trajectory.opening = trajectory.opening, []
+        ids = [*opening, *sampled, *env]
+        mask = [0] * len(opening) + [1] * len(sampled) + [0] * len(env)
         if trajectory.new_segment:
             # the episode goes on in a new training segment: ms-swift samples its next generation from the
             # segment's own prompt (the driver's accumulated ids of this trajectory are replaced by one row
@@ -259,7 +281,8 @@ def swift_messages(messages: list[Message]) -> list[dict[str, Any]]:
                 f"the first request of the episode holds tool calls or tool results (message {index}); the swift "
                 f"backend starts a trajectory from system, user and plain assistant messages only"
             )
-        out.append({"role": message["role"], "content": message.get("content") or ""})
+        # text parts (OpenAI clients such as smolagents send them) as the token client reads them
+        out.append({"role": message["role"], "content": content_text(message.get("content"), where=f"message {index}") or ""})
     return out
 
 

@@ -24,6 +24,15 @@ messages. Each segment then becomes its own row of ms-swift's batch: its ms-swif
 exactly the segment's response ids (sampled mask 1, environment mask 0) and its sampled tokens'
 logprobs (``trajectory_info``'s ``segments``; :mod:`aworld_swift.segments` turns them into rows).
 
+**Forced openings.** A turn the client constrained (``tool_choice: "required"`` or a named function,
+``aworld_core.tokens.turn``) begins with ids the token client forced, never sampled. On a continued
+turn they are environment ids like the others (mask 0, and ms-swift samples after them); on a
+segment's first turn (the episode's first generation included) they end the segment's prompt, so
+ms-swift's messages for that segment end with an id-backed assistant message holding them (its
+prefix: ms-swift samples after them, and trains them with mask 0). ms-swift's server-mode driver
+(``MultiTurnScheduler.run``) drops such a message before the first generation, so there an episode
+whose first turn is forced is refused (the scheduler's ``on_trajectory_start``).
+
 Nothing here imports ms-swift: :mod:`aworld_swift.scheduler` adapts this to ms-swift's hooks.
 Everything async here runs on the process's episode loop (``SwiftRuntime.loop``).
 """
@@ -32,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aworld_core import LLMResponse
@@ -47,6 +56,7 @@ from aworld_core.schemas import (
     TrainingView,
 )
 from aworld_core.tokens import LENGTH, STOP, TokenOutput
+from aworld_core.tokens.turn import current_turn
 from aworld_core.worker import describe, mask_runs, tool_counts, untrainable_reason
 
 if TYPE_CHECKING:
@@ -63,6 +73,13 @@ SEGMENT_UNRENDERABLE = (
     "nothing. Compact with agent.compaction.strategy 'summary', or train this agent on trl, verl (V1) or areal"
 )
 
+FORCED_FIRST_TURN_IN_SERVER_MODE = (
+    "the episode's first call constrains its turn (tool_choice 'required' or a named function: its opening is forced, "
+    "not sampled), and ms-swift's server-mode driver (MultiTurnScheduler.run) drops the first prompt's trailing "
+    "assistant message that holds such an opening, so the turn would be sampled unconstrained. Train this agent "
+    "with ms-swift in colocate mode (unset backends.swift.vllm_mode), or have its first call leave tool_choice out"
+)
+
 
 @dataclass
 class TurnRequest:
@@ -71,6 +88,7 @@ class TurnRequest:
 
     prompt_ids: list[int]
     future: asyncio.Future[TokenOutput]
+    forced: list[int] = field(default_factory=list)  # the prompt's last ids, forced by the turn (not sampled)
 
 
 @dataclass
@@ -85,9 +103,9 @@ class TrajectoryBridge:
     def __init__(self) -> None:
         self.events: asyncio.Queue[TurnRequest | EpisodeDone] = asyncio.Queue()
 
-    async def turn(self, prompt_ids: list[int]) -> TokenOutput:
+    async def turn(self, prompt_ids: list[int], forced: list[int] | None = None) -> TokenOutput:
         future: asyncio.Future[TokenOutput] = asyncio.get_running_loop().create_future()
-        self.events.put_nowait(TurnRequest(list(prompt_ids), future))
+        self.events.put_nowait(TurnRequest(list(prompt_ids), future, list(forced or [])))
         return await future
 
 
@@ -116,7 +134,13 @@ class SwiftTurnEngine:
                 "(a second trained agent, or a trained agent called twice, cannot be trained on the swift "
                 "backend; train one agent and give the others their own endpoints)"
             )
-        return await bridge.turn(prompt_ids)
+        # the ids the token client forced at the end of this prompt (a constrained turn): a segment's
+        # first turn must hand them to ms-swift as part of its prompt
+        turn = current_turn()
+        forced = list(turn.forced_ids) if turn is not None else []
+        if forced and prompt_ids[len(prompt_ids) - len(forced):] != forced:
+            forced = []
+        return await bridge.turn(prompt_ids, forced)
 
 
 class RequestRecorder:
@@ -130,10 +154,13 @@ class RequestRecorder:
         self._lock = threading.Lock()
 
     async def chat(self, messages: list[Message], tools: list[dict[str, Any]] | None = None,
-                   sampling: SamplingParams | None = None, *, session_id: str | None = None) -> LLMResponse:
+                   sampling: SamplingParams | None = None, *, session_id: str | None = None,
+                   turn: Any = None) -> LLMResponse:
         if session_id is not None:
             with self._lock:
                 self._requests[session_id] = (list(messages), tools)
+        if turn is not None:  # an OpenAI client's turn options (the core's gateway): honoured or refused there
+            return await self.llm.chat(messages, tools, sampling, session_id=session_id, turn=turn)
         return await self.llm.chat(messages, tools, sampling, session_id=session_id)
 
     def request_of(self, session_id: str) -> tuple[list[Message], list[dict[str, Any]] | None]:
@@ -183,7 +210,9 @@ class Trajectory:
         # training segments (see the module docstring): the token client's first prompt, each segment's
         # messages as ms-swift renders them, the ids ms-swift holds before a segment's first sampled token
         # in its assistant message, each segment's ms-swift prompt ids, and the open segment's response ids
-        self.first_prompt_ids: list[int] = []
+        self.first_prompt_ids: list[int] = []  # without the forced opening of the first turn
+        self.first_forced: list[int] = []  # the first turn's forced opening (ms-swift's first prompt ends with it)
+        self.opening: list[int] = []  # forced ids ms-swift's own response ids still lack (set by ``begin``)
         self.tools: Any = None  # the tools ms-swift renders (the dataset row's)
         self.segment_messages: list[list[dict[str, Any]]] = []
         self.segment_prefixes: list[list[int]] = []
@@ -205,15 +234,18 @@ class Trajectory:
             return None
         self.pending = event
         self.prompt_ids = event.prompt_ids
-        self.first_prompt_ids = list(event.prompt_ids)
+        self.first_forced = list(event.forced)
+        self.first_prompt_ids = list(event.prompt_ids[: len(event.prompt_ids) - len(event.forced)])
         return self.runtime.llm.request_of(self.episode_id)
 
     def begin(self, messages: list[dict[str, Any]], tools: Any, prompt_ids: list[int] | None) -> None:
-        """The first segment: the messages ms-swift renders the first prompt from, and that prompt."""
+        """The first segment: the messages ms-swift renders the first prompt from (ending with the
+        first turn's forced opening as an id-backed assistant message, if any), and that prompt."""
         self.tools = tools
         self.segment_messages = [[dict(m) for m in messages]]
-        self.segment_prefixes = [[]]
+        self.segment_prefixes = [list(self.first_forced)]
         self.segment_prompts = [prompt_ids]
+        self.opening = list(self.first_forced)
 
     async def _run_episode(self) -> None:
         """The episode through the kit's runner: always finished and scored, never notified here."""
@@ -268,7 +300,7 @@ class Trajectory:
             # the token client began a new training segment (a rewritten or compacted history): the
             # segment ends with this turn's sampled ids, and ms-swift samples the next from the new prompt
             try:
-                messages, prefix = self.segment_request(event.prompt_ids)
+                messages, prefix = self.segment_request(event.prompt_ids, event.forced)
             except UsageError as exc:
                 event.future.set_exception(LLMError(str(exc)))
                 event = await self.bridge.events.get()
@@ -287,22 +319,28 @@ class Trajectory:
         self._ended(event)  # type: ignore[arg-type]
         return True
 
-    def segment_request(self, prompt_ids: list[int]) -> tuple[list[dict[str, Any]], list[int]]:
+    def segment_request(self, prompt_ids: list[int], forced: list[int] | None = None
+                        ) -> tuple[list[dict[str, Any]], list[int]]:
         """The messages ms-swift samples a new segment's first generation from, and the ids they hold
         in their (id-backed) last assistant message: the first prompt's messages continued by what the
         new prompt adds after the token client's first prompt; else the new conversation's own plain
-        messages (ms-swift renders them as it renders every first prompt). ``UsageError`` otherwise."""
+        messages (ms-swift renders them as it renders every first prompt), then the turn's ``forced``
+        opening, if any. ``UsageError`` otherwise."""
         from aworld_swift.scheduler import same_tools, swift_messages
 
         first = self.first_prompt_ids
         if first and prompt_ids[: len(first)] == first:
             added = list(prompt_ids[len(first):])
-            messages = [dict(m) for m in self.segment_messages[0]]
+            messages = [dict(m) for m in self.segment_messages[0] if not _forced_opening(m, self.first_forced)]
             if added:
                 messages.append({"role": "assistant", "content": added})
             return messages, added
-        sent, tools = self.runtime.llm.request_of(self.episode_id)
-        if not same_tools(tools, self.tools):
+        sent, _ = self.runtime.llm.request_of(self.episode_id)
+        # the token client renders a rewritten conversation with the session's tools (its first call's,
+        # which the scheduler checked against the row's), whatever tools the rewriting call sent (none,
+        # for smolagents' final-answer call): ms-swift renders the row's, so the same
+        session = self.runtime.llm.session(self.episode_id)
+        if session is None or not same_tools(session.tools, self.tools):
             raise UsageError(SEGMENT_UNRENDERABLE.format(why="its tools differ from the dataset row's"))
         try:
             plain = swift_messages(sent)
@@ -310,6 +348,8 @@ class Trajectory:
             raise UsageError(SEGMENT_UNRENDERABLE.format(why=str(exc).split(";")[0])) from None
         if plain and plain[-1]["role"] == "assistant":
             raise UsageError(SEGMENT_UNRENDERABLE.format(why="it ends with an assistant message"))
+        if forced:
+            return [*plain, {"role": "assistant", "content": list(forced)}], list(forced)
         return plain, []
 
     def assistant_ids(self) -> list[int]:
@@ -384,6 +424,11 @@ class Trajectory:
         self.masks.append(mask)
         if logprobs is not None:
             self.logprob_lists.append(logprobs)
+
+
+def _forced_opening(message: dict[str, Any], forced: list[int]) -> bool:
+    """Whether ``message`` is the id-backed assistant message holding the first turn's forced opening."""
+    return bool(forced) and message.get("role") == "assistant" and message.get("content") == forced
 
 
 def swift_view(view: TrainingView, prompts: list[list[int] | None]) -> TrainingView:
