@@ -11,3 +11,10 @@ def smolagents_agent(sample: Any, **endpoint: Any) -> str | None:
     from aworld_core.testing.smolagents_client import smolagents_agent as run
 
     return run(sample, max_tokens=None, **endpoint)
+
+
+def short_smolagents_agent(sample: Any, **endpoint: Any) -> str | None:
+    """The same client asking ``max_tokens: 5`` and smolagents' own ``stop`` strings on every call."""
+    from aworld_core.testing.smolagents_client import smolagents_agent as run
+
+    return run(sample, max_tokens=5, **endpoint)

@@ -27,6 +27,7 @@ from aworld_core.config import load_job_config
 from aworld_core.errors import UsageError
 from aworld_core.export import read_jsonl as read_episodes
 from aworld_swift.runtime import SwiftRuntime, set_runtime
+from aworld_swift.segments import segment_outputs
 from aworld_swift.trajectory import INFO_KEY
 
 HERE = Path(__file__).resolve().parent
@@ -404,6 +405,43 @@ def test_a_smolagents_episode_trains_every_segment_exactly(tmp_path, swift_parts
         # nothing but what the engine sampled for this trajectory is trained
         assert len(trained_sampled) == sum(len(s.response_ids) for s in view.segments())
     assert trained_episodes == 2
+
+
+def test_a_clients_max_tokens_is_honoured_and_its_sampling_refused(tmp_path, swift_parts, cleanup):  # noqa: F811
+    """ms-swift samples every turn with its own limits; a client's ``max_tokens`` cuts each sample where an
+    engine honouring it would have stopped (the rest is never seen, never trained), and a temperature
+    other than the job's is refused (400 naming it), never ignored."""
+    pytest.importorskip("smolagents")
+    from aworld_core.schemas import SamplingParams
+    from aworld_core.tokens.turn import TurnRefused
+    from aworld_swift.trajectory import RequestRecorder
+
+    data = _smolagents_job(tmp_path)
+    data["agent"]["openai_agent"] = "segment_agents:short_smolagents_agent"
+    job = load_job_config(data=data)
+    (tmp_path / "run").mkdir(parents=True, exist_ok=True)
+    set_runtime(SwiftRuntime(job, tmp_path / "run" / "job.json"))
+    rows, _ = _smolagents_rows(tmp_path, [(2, 3)])
+    samples, outputs, generated = _recorded_rollout(swift_parts, rows, generations=2)
+    assert max(len(sampled) for _, sampled in generated) > 5  # ms-swift sampled past the client's limit
+    episodes = {e.id: e for e in read_episodes(tmp_path / "run" / "trajectories.jsonl")}
+    for sample, output in zip(samples, outputs, strict=True):
+        info = output.rollout_infos[INFO_KEY]
+        view = episodes[info["episode_id"]].training
+        assert view.num_segments == 2
+        for segment in view.segments():
+            assert sum(segment.response_mask) <= 5
+        # what ms-swift trains of the trajectory: at most the kept ids (none when a cut turn is closed by template
+        # tokens ms-swift would label: the trajectory is then untrainable, all but one label masked)
+        for row_output in segment_outputs(output, sample.request_id):
+            assert sum(sum(mask) for mask in row_output.response_loss_mask) <= 5
+
+    recorder = RequestRecorder(None, {"temperature": 1.0, "top_p": None, "top_k": None})
+    recorder.check_sampling(SamplingParams(temperature=1.0, max_tokens=5, stop=["Observation:"]))
+    for key, value in (("temperature", 0.3), ("top_p", 0.9), ("seed", 7)):
+        with pytest.raises(TurnRefused, match=f"'{key}'") as refused:
+            recorder.check_sampling(SamplingParams(**{key: value}))
+        assert refused.value.param == key
 
 
 def test_a_forced_first_turn_is_refused_by_the_server_mode_driver(tmp_path, swift_parts, cleanup):  # noqa: F811

@@ -119,7 +119,7 @@ class SwiftRuntime:
         """The process's ``EpisodeRunner``: the job's agent over the token client built on
         ``tokenizer`` (ms-swift's: the ids must be its ids), built on first use."""
         from aworld_core.worker import EpisodeRunner, build_agent, build_token_llm
-        from aworld_swift.trajectory import RequestRecorder
+        from aworld_swift.trajectory import RequestRecorder, swift_sampling
 
         with self._lock:
             if self._runner is None:
@@ -127,7 +127,7 @@ class SwiftRuntime:
                     raise UsageError("ms-swift gave the aworld scheduler no tokenizer")
                 llm = build_token_llm(self.engine, tokenizer, self.job, model_name="aworld-swift-policy",
                                       require_logprobs=False)  # ms-swift's transformers engine may report none
-                self._llm = RequestRecorder(llm)
+                self._llm = RequestRecorder(llm, swift_sampling(self.job))
                 self._runner = EpisodeRunner.from_job(self.job, self._llm, agent=build_agent(self.job),
                                                       concurrency=UNBOUNDED)
             return self._runner

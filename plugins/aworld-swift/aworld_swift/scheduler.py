@@ -117,6 +117,10 @@ class AworldScheduler(MultiTurnScheduler):
         sampled = list(response_choice.token_ids or [])
         logprobs = self._extract_logprobs_from_choice(response_choice) or None
         done = await loop.call(trajectory.advance(sampled, logprobs, response_choice.finish_reason))
+        cut = len(trajectory.last_sampled) < len(sampled)  # the turn's max_tokens / stop (Trajectory.honour)
+        if cut:
+            sampled, logprobs = trajectory.last_sampled, trajectory.last_logprobs
+            keep_logprobs(response_choice, len(sampled))
         if trajectory.fatal is not None:
             raise trajectory.fatal
         if not done and self.max_turns and current_turn >= self.max_turns:
@@ -135,10 +139,12 @@ class AworldScheduler(MultiTurnScheduler):
             final_logprobs = final_logprobs[-1:] if sampled else []
             keep_last_logprob(response_choice)
         result = {"done": True, "rollout_infos": {INFO_KEY: info}, "rollout_logprobs": final_logprobs}
-        if trajectory.opening:  # a one-turn trajectory whose turn was forced: its opening, then what was sampled
+        if trajectory.opening or cut:
+            # a one-turn trajectory whose turn was forced (its opening, then what was sampled), or a last turn cut
+            # short: the ids ms-swift keeps (server mode's driver takes no override: get_response_token_data)
             opening, trajectory.opening = trajectory.opening, []
-            result["response_token_ids"] = [*opening, *sampled]
-            result["response_loss_mask"] = [0] * len(opening) + [1] * len(sampled)
+            trajectory.final_response = ([*opening, *sampled], [0] * len(opening) + [1] * len(sampled))
+            result["response_token_ids"], result["response_loss_mask"] = (list(x) for x in trajectory.final_response)
         return result
 
     def check_finished(self, infer_request: Any, response_choice: Any, current_turn: int) -> bool:
@@ -190,11 +196,13 @@ class AworldScheduler(MultiTurnScheduler):
     def get_response_token_data(self, infer_request: Any, response_choice: Any, is_continuation: bool = False,
                                 response_token_ids: list[int] | None = None,
                                 response_loss_mask: list[int] | None = None) -> tuple[list[int], list[int]]:
+        trajectory = self.trajectories.get(infer_request.uuid)
+        if trajectory is not None and trajectory.final and response_token_ids is None and trajectory.final_response:
+            response_token_ids, response_loss_mask = (list(x) for x in trajectory.final_response)
         ids, mask = super().get_response_token_data(
             infer_request, response_choice, is_continuation=is_continuation,
             response_token_ids=response_token_ids, response_loss_mask=response_loss_mask,
         )
-        trajectory = self.trajectories.get(infer_request.uuid)
         if trajectory is not None:
             trajectory.keep(mask)  # the list ms-swift stores: zeroed in place if the trajectory turns untrainable
             if trajectory.final:  # the trajectory's last segment
@@ -247,6 +255,13 @@ class AworldScheduler(MultiTurnScheduler):
             logger.warning("ms-swift's template could not render a prompt for the recorded episode (%s: %s); the "
                            "episode's exported view keeps the token client's prompt for it", type(exc).__name__, exc)
             return None
+
+
+def keep_logprobs(response_choice: Any, count: int) -> None:
+    """Trim the choice's logprobs to its first ``count`` tokens, the ones a turn cut short keeps."""
+    logprobs = response_choice.logprobs
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+        response_choice.logprobs = {**logprobs, "content": logprobs["content"][:count]}
 
 
 def keep_last_logprob(response_choice: Any) -> None:

@@ -56,7 +56,7 @@ from aworld_core.schemas import (
     TrainingView,
 )
 from aworld_core.tokens import LENGTH, STOP, TokenOutput
-from aworld_core.tokens.turn import current_turn
+from aworld_core.tokens.turn import TurnRefused, current_turn
 from aworld_core.worker import describe, mask_runs, tool_counts, untrainable_reason
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class TurnRequest:
     prompt_ids: list[int]
     future: asyncio.Future[TokenOutput]
     forced: list[int] = field(default_factory=list)  # the prompt's last ids, forced by the turn (not sampled)
+    sampling: SamplingParams | None = None  # what the turn asked (max_tokens and stop are honoured here)
 
 
 @dataclass
@@ -103,9 +104,10 @@ class TrajectoryBridge:
     def __init__(self) -> None:
         self.events: asyncio.Queue[TurnRequest | EpisodeDone] = asyncio.Queue()
 
-    async def turn(self, prompt_ids: list[int], forced: list[int] | None = None) -> TokenOutput:
+    async def turn(self, prompt_ids: list[int], forced: list[int] | None = None,
+                   sampling: SamplingParams | None = None) -> TokenOutput:
         future: asyncio.Future[TokenOutput] = asyncio.get_running_loop().create_future()
-        self.events.put_nowait(TurnRequest(list(prompt_ids), future, list(forced or [])))
+        self.events.put_nowait(TurnRequest(list(prompt_ids), future, list(forced or []), sampling))
         return await future
 
 
@@ -140,7 +142,7 @@ class SwiftTurnEngine:
         forced = list(turn.forced_ids) if turn is not None else []
         if forced and prompt_ids[len(prompt_ids) - len(forced):] != forced:
             forced = []
-        return await bridge.turn(prompt_ids, forced)
+        return await bridge.turn(prompt_ids, forced, sampling)
 
 
 class RequestRecorder:
@@ -148,8 +150,9 @@ class RequestRecorder:
     ms-swift renders a trajectory's first prompt itself, from the messages the episode really
     starts with. Everything else is the token client's own."""
 
-    def __init__(self, llm: Any):
+    def __init__(self, llm: Any, fixed: dict[str, Any] | None = None):
         self.llm = llm
+        self.fixed = dict(fixed or {})  # the sampling ms-swift samples every turn with (``swift_sampling``)
         self._requests: dict[str, tuple[list[Message], list[dict[str, Any]] | None]] = {}
         self._lock = threading.Lock()
 
@@ -160,8 +163,27 @@ class RequestRecorder:
             with self._lock:
                 self._requests[session_id] = (list(messages), tools)
         if turn is not None:  # an OpenAI client's turn options (the core's gateway): honoured or refused there
+            self.check_sampling(sampling)
             return await self.llm.chat(messages, tools, sampling, session_id=session_id, turn=turn)
         return await self.llm.chat(messages, tools, sampling, session_id=session_id)
+
+    def check_sampling(self, sampling: SamplingParams | None) -> None:
+        """An OpenAI client's sampling settings that ms-swift cannot honour per request, refused (the
+        gateway answers 400 naming the field): ms-swift samples every turn of the batch with the job's
+        temperature, top_p and top_k, and its own seed. (``max_tokens`` and ``stop`` are honoured:
+        ``Trajectory.honour``.)"""
+        if sampling is None:
+            return
+        for key in ("temperature", "top_p", "top_k", "seed"):
+            value = getattr(sampling, key)
+            if value is None or (key in self.fixed and self.fixed[key] == value):
+                continue
+            fix = (f"leave '{key}' out, or send the job's value ({self.fixed[key]!r})" if self.fixed.get(key) is not None
+                   else f"leave '{key}' out" + ("" if key == "seed" else f", or set rollout.sampling.{key} in the job "
+                                                "to it"))
+            raise TurnRefused(
+                f"'{key}' {value!r}: on the swift backend ms-swift samples every turn with the job's sampling "
+                f"(rollout.sampling / backends.swift), not per request, so it would be ignored; {fix}", key)
 
     def request_of(self, session_id: str) -> tuple[list[Message], list[dict[str, Any]] | None]:
         with self._lock:
@@ -197,6 +219,9 @@ class Trajectory:
         self.turn_sampled: list[int] = []
         self.turn_logprobs: list[float] | None = None
         self.turn_env: list[int] = []
+        self.last_sampled: list[int] = []  # the last turn's sampled ids as the episode kept them (``honour``)
+        self.last_logprobs: list[float] | None = None
+        self.final_response: tuple[list[int], list[int]] | None = None  # the last turn's ids and mask, when cut
         self.episode: Episode | None = None
         self.fatal: UsageError | None = None
         self.untrainable: str | None = None  # why nothing of this trajectory may be trained
@@ -284,8 +309,10 @@ class Trajectory:
         if pending is not None and not pending.future.done():
             if logprobs is not None and len(logprobs) != len(sampled):
                 logprobs = None  # misaligned engine output: record none rather than wrong ones
+            sampled, logprobs, finish_reason = self.honour(pending.sampling, list(sampled), logprobs, finish_reason)
             stop = LENGTH if finish_reason == "length" else STOP
             pending.future.set_result(TokenOutput(list(sampled), logprobs, stop))
+        self.last_sampled, self.last_logprobs = list(sampled), logprobs
         event = await self.bridge.events.get()
         if isinstance(event, TurnRequest):
             base = [*self.prompt_ids, *sampled]
@@ -318,6 +345,31 @@ class Trajectory:
                 return False
         self._ended(event)  # type: ignore[arg-type]
         return True
+
+    def honour(self, sampling: SamplingParams | None, sampled: list[int], logprobs: list[float] | None,
+               finish_reason: str | None) -> tuple[list[int], list[float] | None, str | None]:
+        """The turn's ``max_tokens`` and ``stop`` strings, which ms-swift's engine does not take per
+        request: its sample cut where an engine honouring them would have stopped (the first
+        ``max_tokens`` ids; the ids up to the one that completes a stop string, as vLLM keeps them).
+        What follows the cut is dropped: never seen by the episode, never trained (the scheduler
+        hands ms-swift the kept ids)."""
+        if sampling is None:
+            return sampled, logprobs, finish_reason
+        keep = len(sampled)
+        reason = finish_reason
+        if sampling.max_tokens is not None and keep > sampling.max_tokens:
+            keep, reason = sampling.max_tokens, "length"
+        stops = [s for s in sampling.stop or [] if s]
+        if stops:
+            decode = self.runtime.llm.renderer.decode
+            if any(s in decode(sampled[:keep]) for s in stops):
+                for k in range(1, keep + 1):
+                    if any(s in decode(sampled[:k]) for s in stops):
+                        keep, reason = k, "stop"
+                        break
+        if keep == len(sampled):
+            return sampled, logprobs, finish_reason
+        return sampled[:keep], None if logprobs is None else logprobs[:keep], reason
 
     def segment_request(self, prompt_ids: list[int], forced: list[int] | None = None
                         ) -> tuple[list[dict[str, Any]], list[int]]:
@@ -429,6 +481,17 @@ class Trajectory:
 def _forced_opening(message: dict[str, Any], forced: list[int]) -> bool:
     """Whether ``message`` is the id-backed assistant message holding the first turn's forced opening."""
     return bool(forced) and message.get("role") == "assistant" and message.get("content") == forced
+
+
+def swift_sampling(job: Any) -> dict[str, Any]:
+    """The temperature, top_p and top_k ms-swift samples with: the job's ``rollout.sampling`` (the launch
+    passes it on) or ``backends.swift``'s own (the launch refuses the two disagreeing)."""
+    section = job.backend_section("swift")
+    out = {}
+    for key in ("temperature", "top_p", "top_k"):
+        value = getattr(job.rollout.sampling, key, None)
+        out[key] = value if value is not None else section.get(key)
+    return out
 
 
 def swift_view(view: TrainingView, prompts: list[list[int] | None]) -> TrainingView:
