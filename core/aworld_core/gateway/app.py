@@ -60,6 +60,8 @@ from aworld_core.gateway.failures import (
     GatewayFailures,
     clean_message,
     fails_episode,
+    failures_of,
+    finished_session,
     request_key,
 )
 from aworld_core.gateway.fields import GatewayRequestError, parse_chat, sampling_from_body
@@ -113,7 +115,7 @@ class Gateway:
         self.model_name = model_name or llm.model_name
         self.created = int(time.time())
         self.responses = rs.ResponseStore()
-        self.failed_calls = GatewayFailures()
+        self.failed_calls: GatewayFailures = failures_of(llm)  # shared by every gateway over llm
         self._puts = 0
         # a template without a developer role of its own renders 'developer' as its system role
         self.developer_as_system = "developer" not in (llm.renderer.template or "")
@@ -140,9 +142,7 @@ class Gateway:
         """The episode's training view and the calls the gateway failed in it, dropping the session.
         ``.error()`` is not ``None`` when a failure stands: the episode failed, nothing of it trains."""
         self.responses.forget_session(episode_id)
-        view = self.llm.finish_session(episode_id)
-        failures, more = self.failed_calls.pop(episode_id)
-        return FinishedSession(view, failures, more)
+        return finished_session(self.llm, episode_id, self.llm.finish_session(episode_id))
 
     def finish_session(self, episode_id: str) -> TrainingView | None:
         """The episode's training view, dropping its session (``None`` if it never called, or when

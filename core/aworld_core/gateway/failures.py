@@ -19,21 +19,30 @@ A failed call that a later **identical** request in the same session answered (a
 a ``502``: same path, same body bytes) is kept with ``retried=True`` and does not fail the episode:
 the client got its answer and its conversation went on as if the failure never happened.
 
-:class:`GatewayFailures` keeps the records; ``Gateway.failures(id)`` shows a session's so far and
-``Gateway.finish(id)`` returns them with the training view as a :class:`FinishedSession`, whose
-:meth:`~FinishedSession.error` is the episode's error message.
+:class:`GatewayFailures` keeps the records, one per token client (:func:`failures_of`: every gateway
+over the same ``TokenLLM`` shares it), so every path that collects a session's training view finds
+them, however the agent reached the gateway: ``Gateway.finish(id)`` (the OpenAI-API agent's
+episodes), the runtime's ``finish_sessions`` (a core ``Agent`` or a tool that calls the gateway with
+an ``X-Session-Id``) and the worker kit (a rollout plugin that drove the gateway itself, the seed's
+style inside verl's ``AworldAgentLoop``). :func:`finished_session` / :func:`episode_failures` pop a
+session's (an episode's) records as a :class:`FinishedSession`, whose
+:meth:`~FinishedSession.error` is the episode's error message, and :func:`settle_episode` is the one
+rule that fails an episode on them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+import weakref
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from aworld_core.schemas import TrainingView
+from aworld_core.schemas import Episode, EpisodeStatus, TrainingView
 from aworld_core.secrets import mask
 
 #: the OpenAI error code of a prompt over the context limit (a 4xx that fails the episode)
@@ -42,6 +51,8 @@ CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 MAX_MESSAGE_CHARS = 500
 #: records kept per session (later failures are counted, not kept)
 MAX_PER_SESSION = 32
+#: ``episode.metadata`` key: the calls the gateway failed in the episode (``CallFailure`` dumps)
+GATEWAY_FAILURES = "gateway_failures"
 
 
 def fails_episode(status: int, code: str | None) -> bool:
@@ -150,3 +161,94 @@ class GatewayFailures:
         with self._lock:
             rec = self._records.pop(session_id, None)
         return ([], 0) if rec is None else (rec.failures, rec.more)
+
+    def pop_episode(self, episode_id: str) -> tuple[list[CallFailure], int]:
+        """:meth:`pop` for every session of an episode (``id`` and ``id:k``, the runtime's names)."""
+        with self._lock:
+            names = [s for s in self._records if s == episode_id or s.startswith(f"{episode_id}:")]
+            recs = [self._records.pop(s) for s in names]
+        return [f for r in recs for f in r.failures], sum(r.more for r in recs)
+
+
+# -- one record per token client, found by whoever collects its sessions ----------------------
+
+_records_lock = threading.Lock()
+_records: weakref.WeakKeyDictionary[Any, GatewayFailures] = weakref.WeakKeyDictionary()
+
+
+def failures_of(llm: Any) -> GatewayFailures:
+    """The failure record of the token client ``llm``, shared by every gateway over it (made on
+    first use): a session lives in the client, so whoever collects it (the runtime, the kit, a
+    gateway) finds its failures here, whichever gateway the agent called."""
+    with _records_lock:
+        try:
+            record = _records.get(llm)
+            if record is None:
+                record = _records[llm] = GatewayFailures()
+        except TypeError:  # a client that takes no weak reference: a record of this gateway's own
+            record = GatewayFailures()
+        return record
+
+
+def _records_over(llm: Any) -> list[GatewayFailures]:
+    """The records a collector of ``llm``'s sessions must consult: its own and, for a multi-policy
+    router (``PolicyClients``), each policy's token client's (gateways sit over those)."""
+    candidates = [llm]
+    from aworld_core.policy_clients import PolicyClients
+
+    if isinstance(llm, PolicyClients):
+        candidates += list(llm.clients.values())
+    with _records_lock:
+        found = []
+        for client in candidates:
+            try:
+                record = _records.get(client)
+            except TypeError:
+                record = None
+            if record is not None:
+                found.append(record)
+        return found
+
+
+def finished_session(llm: Any, session_id: str, view: TrainingView | None) -> FinishedSession:
+    """``view`` (what ``llm.finish_session(session_id)`` returned) with the calls the gateways over
+    ``llm`` failed in that session, forgetting them: what a collector of the session's view hands
+    to :func:`settle_episode`."""
+    failures: list[CallFailure] = []
+    more = 0
+    for record in _records_over(llm):
+        found, counted = record.pop(session_id)
+        failures += found
+        more += counted
+    return FinishedSession(view, failures, more)
+
+
+def episode_failures(llm: Any, episode_id: str) -> FinishedSession:
+    """The failures still recorded for any session of ``episode_id`` (``id``, ``id:k``), forgetting
+    them (no view): for a collector that did not finish the sessions itself (a rollout plugin's)."""
+    failures: list[CallFailure] = []
+    more = 0
+    for record in _records_over(llm):
+        found, counted = record.pop_episode(episode_id)
+        failures += found
+        more += counted
+    return FinishedSession(None, failures, more)
+
+
+def settle_episode(episode: Episode, sessions: Iterable[FinishedSession]) -> str | None:
+    """The rule, in one place: the episode's failed calls are recorded in
+    ``episode.metadata["gateway_failures"]``, and a standing one (no retry answered it) turns a
+    ``SUCCESS`` into ``FAILED`` with :meth:`FinishedSession.error`'s message; nothing of such an
+    episode may train (the caller keeps no view). Returns that error (``None``: no failure stands).
+
+    Why the episode and not only its session: an agent may swallow the error (smolagents answers
+    with its text, a seed-style agent's own loop catches it) and end normally."""
+    sessions = list(sessions)
+    merged = FinishedSession(None, [f for s in sessions for f in s.failures], sum(s.more_failures for s in sessions))
+    if merged.failures:
+        kept = episode.metadata.get(GATEWAY_FAILURES) or []
+        episode.metadata[GATEWAY_FAILURES] = [*kept, *(f.model_dump(mode="json") for f in merged.failures)]
+    error = merged.error()
+    if error is not None and episode.status is EpisodeStatus.SUCCESS:
+        episode.finish(EpisodeStatus.FAILED, error)
+    return error

@@ -415,18 +415,29 @@ class _Run:
     # -- the end --------------------------------------------------------------------------------
 
     async def finish_sessions(self, keep: bool) -> str | None:
-        """Hand each trained session back to the LLM client; keep the views only when trainable."""
+        """Hand each trained session back to the LLM client; keep the views only when trainable.
+
+        A call of a session that reached the shared gateway over HTTP (an agent or tool whose
+        endpoint is the gateway, with the session's ``X-Session-Id``) may have failed on the
+        server side and been swallowed: the gateway's rule (``aworld_core.gateway.failures``)
+        then fails the episode, which keeps no view."""
+        from aworld_core.gateway.failures import finished_session, settle_episode
+
         finish = getattr(self.llm, "finish_session", None)
         if finish is None or not self.sessions:
             return None
         error = None
         views: list[Any] = []
+        finished = []
         for session in self.sessions:
             try:
                 views.append(await maybe_await(finish(session)))
             except Exception as exc:
                 error = f"finish_session({session!r}) failed: {type(exc).__name__}: {exc}"
                 views.append(None)
+            finished.append(finished_session(self.llm, session, views[-1]))
+        settle_episode(self.episode, finished)
+        keep = keep and self.episode.status is EpisodeStatus.SUCCESS
         if keep and error is None:
             primary = views[0]
             if primary is not None and not isinstance(primary, TrainingView):

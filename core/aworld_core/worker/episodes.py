@@ -292,14 +292,20 @@ class EpisodeRunner:
                                 f"the rollout hook returned {type(answer).__name__}, expected an Episode")
         if answer.status is EpisodeStatus.RUNNING:
             answer.finish(EpisodeStatus.FAILED, "the rollout hook returned an episode that is still running")
-        if answer.status is not EpisodeStatus.SUCCESS:
-            answer.training = None
-            self._drop_sessions(answer.id)
-        elif answer.training is None:
+        if answer.status is EpisodeStatus.SUCCESS and answer.training is None:
             # a rollout plugin that drove the token client without finishing its session
             finish = getattr(self.llm, "finish_session", None)
             if finish is not None and getattr(self.llm, "session", lambda _id: None)(answer.id) is not None:
                 answer.training = await maybe_await(finish(answer.id))
+        # whoever collected the views (the runtime pops its sessions' failures itself), calls the
+        # gateway failed in this episode's sessions and nobody consumed (a plugin that drove the
+        # gateway over HTTP, the seed's style, and swallowed a 502) fail it: the gateway's one rule
+        from aworld_core.gateway.failures import episode_failures, settle_episode
+
+        settle_episode(answer, [episode_failures(self.llm, answer.id)])
+        if answer.status is not EpisodeStatus.SUCCESS:
+            answer.training = None
+            self._drop_sessions(answer.id)
         for key, value in ctx.episode_metadata().items():
             answer.metadata.setdefault(key, value)
         return answer
@@ -318,7 +324,8 @@ class EpisodeRunner:
         return episode
 
     def _drop_sessions(self, episode_id: str) -> None:
-        """Drop what the token client recorded for this episode (its sessions ``id`` and ``id:k``)."""
+        """Drop what the token client recorded for this episode (its sessions ``id`` and ``id:k``)
+        and what the gateways over it recorded of its failed calls (the episode failed anyway)."""
         finish = getattr(self.llm, "finish_session", None)
         if finish is None or not episode_id:
             return
@@ -331,6 +338,9 @@ class EpisodeRunner:
                 finish(name)
             except Exception as exc:  # dropping must not hide the episode's own outcome
                 logger.warning("dropping token session %s failed: %s", name, exc)
+        from aworld_core.gateway.failures import episode_failures
+
+        episode_failures(self.llm, episode_id)  # forgotten: the episode failed anyway
 
     async def score(self, episode: Episode, sample: Sample) -> Episode:
         """Score in place (only a successful episode gets a reward); never notifies."""

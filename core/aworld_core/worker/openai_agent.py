@@ -37,8 +37,6 @@ logger = logging.getLogger(__name__)
 
 #: where the job names such an agent (the one spelling; messages name it)
 SETTING = "agent.openai_agent"
-#: ``episode.metadata`` key: the calls the gateway failed in the episode (``CallFailure`` dumps)
-GATEWAY_FAILURES = "gateway_failures"
 
 
 class OpenAIAgent:
@@ -126,13 +124,11 @@ async def run_openai_episode(agent: OpenAIAgent, sample: Sample, llm: Any, conte
     session = llm.session(episode_id)
     episode.messages = list(session.history) if session is not None else []
     finished = server.gateway.finish(episode_id)  # the view and the calls the gateway failed
-    if finished.failures:
-        episode.metadata[GATEWAY_FAILURES] = [f.model_dump(mode="json") for f in finished.failures]
-    error = finished.error()
-    if error is not None and episode.status is EpisodeStatus.SUCCESS:
-        # the agent returned normally although a call failed on the server side: a client that
-        # swallows errors (smolagents answers with the error text) must not train on that answer
-        episode.finish(EpisodeStatus.FAILED, error)
+    from aworld_core.gateway.failures import settle_episode
+
+    # the agent may have returned normally although a call failed on the server side (smolagents
+    # answers with the error text): the gateway's one rule fails such an episode
+    settle_episode(episode, [finished])
     if episode.status is EpisodeStatus.SUCCESS:
         episode.training = finished.view
     return episode
