@@ -12,6 +12,9 @@ pytest.importorskip("verl.experimental.agent_loop")
 import numpy as np
 from verl_testkit import PROMPT_LENGTH as P
 
+from aworld_core.hookspecs import hookimpl
+from aworld_core.schemas import RolloutContext
+
 
 def _batch(rows: list[dict[str, Any]]) -> Any:
     from verl.protocol import DataProto
@@ -66,6 +69,92 @@ async def test_seed_style_subclass_and_the_gateway(make_worker, verl_tokenizer, 
     assert direct.request_id == "ep-direct" and direct.sampling_params["temperature"] == 0.5
     view = state.llm.finish_session("ep-direct")
     assert view.response_ids == direct.token_ids and view.response_mask == [1] * len(direct.token_ids)
+
+
+class SeedFramework:
+    """The seed's own agent loop as a rollout plugin: it runs the seed-style agent against the
+    endpoint ``build_agents`` gave it (``get_llm_server_address()``, the shared gateway) with the
+    episode in ``X-Session-Id``, turns an LLM error into the answer (as AWorld's runner does) and
+    leaves the training view to the kit."""
+
+    @hookimpl
+    def rollout(self, agent, sample, llm, context):
+        if getattr(agent, "name", None) != "seed_agent":
+            return None
+        return self._run(agent, sample, RolloutContext.of(context))
+
+    async def _run(self, agent: Any, sample: Any, ctx: Any) -> Any:
+        from aworld_core.errors import LLMError
+        from aworld_core.llm.openai_http import OpenAICompatibleLLM
+        from aworld_core.schemas import Episode, EpisodeStatus
+
+        episode = Episode(id=ctx.episode_id, task_id=ctx.task_id or sample.id, agent_id=agent.name)
+        client = OpenAICompatibleLLM(agent.conf.llm_base_url, agent.conf.llm_model_name, "unused", retries=0)
+        messages = list(sample.prompt)
+        try:
+            for follow_up in ("Are you sure?", None):
+                answer = await client.chat(messages, session_id=ctx.episode_id)
+                messages.append(answer.message())
+                episode.final_answer = answer.content
+                if follow_up:
+                    messages.append({"role": "user", "content": follow_up})
+        except LLMError as exc:
+            episode.final_answer = f"Error: {exc}"  # swallowed
+        finally:
+            await client.aclose()
+        episode.messages = messages
+        episode.finish(EpisodeStatus.SUCCESS)
+        return episode
+
+
+@pytest.fixture
+def seed_framework():
+    from aworld_core.plugins import get_plugin_manager
+
+    manager = get_plugin_manager()
+    manager.register(SeedFramework(), name="seed_framework_test")
+    yield
+    manager.pm.unregister(name="seed_framework_test")
+
+
+@pytest.mark.slow
+async def test_a_seed_style_agent_swallowing_a_502_of_the_gateway_fails_untrained(
+    make_worker, verl_tokenizer, close_states, seed_framework
+):
+    """A GRPO group of two seed-style episodes that call the shared gateway over HTTP; one member's
+    second call fails on the rollout server (the gateway answers 5xx) and the agent swallows it.
+    The failed member keeps its place as a fully masked row with the group's neutral reward (as any
+    failed episode on verl), the other trains; the gateway's record is consumed."""
+    from verl_testkit import StubServer, verl_row
+
+    entry = {"name": "seed_style", "_target_": "verl_testkit.SeedStyleLoop",
+             "reward": "verl_testkit:exact_answer_reward"}
+
+    def second_call_of_member_1(call: Any) -> bool:
+        return call.member == 1 and sum(c.request_id == call.request_id for c in server.calls) == 2
+
+    server = StubServer(verl_tokenizer, script=["It is 5."], fail_when=second_call_of_member_1)
+    worker = make_worker([entry], server, {"actor_rollout_ref.rollout.n": 2})
+    rows = [verl_row("seed_style", "2+3?", 0) | {"uid": "prompt-seed"} for _ in range(2)]
+    out = await worker.generate_sequences(_batch(rows))
+
+    status = list(out.non_tensor_batch["status"])
+    assert sorted(status) == ["failed", "success"], (status, list(out.non_tensor_batch["error"]))
+    hole, kept = status.index("failed"), status.index("success")
+    error = out.non_tensor_batch["error"][hole]
+    assert error.startswith("the gateway failed 1 call(s): first: 502 ") and "rollout server error" in error, error
+    assert int(out.batch["response_mask"][hole].sum()) == 0  # nothing of it trains
+    assert int(out.batch["response_mask"][kept].sum()) > 0
+    scores = out.batch["rm_scores"].sum(dim=1).tolist()
+    assert scores[kept] == pytest.approx(1.0) and scores[hole] == pytest.approx(1.0)  # neutral: the survivors' mean
+    assert {f["group"] for f in out.non_tensor_batch["aworld"]} == {"prompt-seed"}  # the group is whole
+    # the episodes reached the rollout server through the gateway (X-Session-Id), two calls each
+    assert sorted(c.member for c in server.calls) == [0, 0, 1, 1]
+    from aworld_verl.worker_state import _states
+
+    (state,) = [s for s in _states.states() if s.engine.server_manager is server]
+    assert state.llm.session_ids() == []
+    assert all(state.gateway.gateway.failures(c.request_id) == [] for c in server.calls)
 
 
 def test_sampling_from_verl_and_back():
