@@ -407,6 +407,47 @@ def test_a_smolagents_episode_trains_every_segment_exactly(tmp_path, swift_parts
     assert trained_episodes == 2
 
 
+@pytest.mark.slow
+def test_grpo_trains_every_segment_of_a_smolagents_episode(tmp_path, tool_model_dir, monkeypatch):
+    """``python -m aworld_core.run`` -> ``swift rlhf`` with ``agent.openai_agent`` (real smolagents): the launch
+    lists the agent's tools from its first request, and the batches ms-swift's trainer encodes hold one row
+    per segment (two per episode), each labelled exactly on that segment's sampled ids, one reward per
+    episode."""
+    pytest.importorskip("smolagents")
+    record = tmp_path / "batches.jsonl"
+    monkeypatch.setenv("AWORLD_SWIFT_TEST_RECORD", str(record))
+    path = _job(tmp_path, tool_model_dir, {})
+    job = yaml.safe_load(path.read_text())
+    job["agent"] = {"openai_agent": f"{HERE / 'segment_agents.py'}:smolagents_agent"}
+    job["reward"] = {"name": f"{HERE / 'swift_rewards.py'}:sampled_parity", "trajectory_aware": True}
+    job["rollout"] = {"episode_timeout_s": 120}
+    path.write_text(yaml.safe_dump(job))
+    assert main_run(["--config", str(path)], io.StringIO()) == 0
+    row = read_jsonl(tmp_path / "run" / "swift_train.jsonl")[0]
+    assert sorted(t["function"]["name"] for t in json.loads(row["tools"])) == ["add", "calc", "final_answer"]
+    episodes = {e.id: e for e in read_episodes(tmp_path / "run" / "trajectories.jsonl")}
+    assert len(episodes) == 8
+    rows_of: dict[str, list[dict[str, Any]]] = {}
+    for batch in read_jsonl(record):
+        rows_of.setdefault(batch["rollout_infos"]["aworld"]["episode_id"], []).append(batch)
+    assert set(rows_of) == set(episodes)
+    trained = 0
+    for episode_id, rows in rows_of.items():
+        episode = episodes[episode_id]
+        if not episode.metadata["swift"]["trained"]:
+            continue
+        view = episode.training
+        assert view.num_segments == len(rows) == 2
+        assert len({r["request_id"] for r in rows}) == 1 and len({r["rewards"]["aworld"] for r in rows}) == 1
+        for row, segment in zip(sorted(rows, key=lambda r: r["rollout_infos"]["aworld"]["segment"]),
+                                view.segments(), strict=True):
+            assert row["input_ids"] == [*segment.prompt_ids, *segment.response_ids]
+            assert row["labels"] == [-100] * len(segment.prompt_ids) + [
+                i if m else -100 for i, m in zip(segment.response_ids, segment.response_mask, strict=True)]
+        trained += 1
+    assert trained >= 4
+
+
 def test_a_clients_max_tokens_is_honoured_and_its_sampling_refused(tmp_path, swift_parts, cleanup):  # noqa: F811
     """ms-swift samples every turn with its own limits; a client's ``max_tokens`` cuts each sample where an
     engine honouring it would have stopped (the rest is never seen, never trained), and a temperature

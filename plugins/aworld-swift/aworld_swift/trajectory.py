@@ -302,6 +302,7 @@ class Trajectory:
         """Hand ms-swift's sampled ids to the episode; wait until it asks for the next generation
         (``False``: ``turn_env`` holds the ids to append) or ends (``True``)."""
         self.turns += 1
+        self.last_sampled, self.last_logprobs = list(sampled), logprobs
         if self.episode is not None:
             return True
         assert self.bridge is not None
