@@ -401,7 +401,7 @@ def _openai_agent_tools(job: Any, sample: Any, loop: Any) -> list[dict[str, Any]
     from aworld_swift.trajectory import FORCED_FIRST_TURN_IN_SERVER_MODE
 
     agent = OpenAIAgent.from_job(job)
-    tools, choice = loop.run(list_openai_agent_tools(agent, sample, timeout=job.rollout.episode_timeout_s))
+    tools, choice = loop.run(list_openai_agent_tools(agent, sample, timeout=job.rollout.timeout_for(agent)))
     if choice not in (None, "auto", "none") and job.backend_section(BACKEND).get("vllm_mode") == "server":
         raise UsageError(f"agent.openai_agent {agent.ref!r} asks tool_choice {choice!r} on its first call: "
                          + FORCED_FIRST_TURN_IN_SERVER_MODE)

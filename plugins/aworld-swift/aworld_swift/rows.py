@@ -144,15 +144,21 @@ async def list_openai_agent_tools(agent: Any, sample: Sample, *, timeout: float 
     from aworld_core.gateway.fields import parse_chat
 
     with _FirstRequest() as endpoint:
+        # done once the first request is recorded, whatever the function does with the error (a function
+        # still running in its thread then finds the endpoint gone at its next call)
+        call = asyncio.ensure_future(agent.call(sample, base_url=endpoint.base_url, api_key="aworld",
+                                                model=PROBE_MODEL))
         try:
             async with asyncio.timeout(timeout):
-                await agent.call(sample, base_url=endpoint.base_url, api_key="aworld", model=PROBE_MODEL)
+                while endpoint.body is None and not call.done():
+                    await asyncio.sleep(0.05)
         except TimeoutError:
-            if endpoint.body is None:
-                raise UsageError(f"listing the tools of agent.openai_agent {agent.ref!r} failed: it sent no request "
-                                 f"within {timeout:g} s of the probe episode") from None
-        except Exception:  # the expected end: its first request was answered with an error
-            pass
+            raise UsageError(f"listing the tools of agent.openai_agent {agent.ref!r} failed: it sent no request "
+                             f"within {timeout:g} s of the probe episode") from None
+        finally:
+            if not call.done():
+                call.cancel()
+            await asyncio.gather(call, return_exceptions=True)  # the expected end: its request answered 400
     if endpoint.body is None:
         raise UsageError(f"listing the tools of agent.openai_agent {agent.ref!r} failed: its probe run on sample "
                          f"{sample.id!r} sent no POST /v1/chat/completions (the swift backend trains agents on the "
