@@ -507,6 +507,14 @@ def test_a_forced_first_turn_is_refused_by_the_server_mode_driver(tmp_path, swif
 
     with pytest.raises(UsageError, match="tool_choice.*colocate mode"):
         asyncio.run(scheduler.run(request, config))
+    # canary: the reason for the refusal; when ms-swift stops dropping the first prompt's assistant message,
+    # this fails and the refusal can go
+    import inspect
+
+    from swift.rollout.multi_turn import MultiTurnScheduler
+
+    source = inspect.getsource(MultiTurnScheduler.run)
+    assert "if current_turn == 1:" in source and "remove_response(messages)" in source
 
 
 def test_launch_refuses_an_openai_api_agent_that_forces_its_first_turn_in_server_mode(tmp_path):
