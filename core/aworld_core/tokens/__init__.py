@@ -19,6 +19,7 @@ from aworld_core.tokens.engine import (
 from aworld_core.tokens.families import TemplateOptions, available_families, family_options
 from aworld_core.tokens.hf_engine import HFTokenEngine
 from aworld_core.tokens.llm import TokenLLM, load_tokenizer
+from aworld_core.tokens.messages import content_text
 from aworld_core.tokens.parsers import (
     ParsedText,
     ToolParser,
@@ -28,6 +29,7 @@ from aworld_core.tokens.parsers import (
 )
 from aworld_core.tokens.scripted import ScriptedTokenEngine
 from aworld_core.tokens.session import TokenSession
+from aworld_core.tokens.turn import TurnRefused, current_turn
 from aworld_core.tokens.vllm_engine import VLLMTokenEngine
 
 __all__ = [
@@ -46,9 +48,12 @@ __all__ = [
     "TokenOutput",
     "TokenSession",
     "ToolParser",
+    "TurnRefused",
     "VLLMTokenEngine",
     "available_families",
     "available_tool_parsers",
+    "content_text",
+    "current_turn",
     "family_options",
     "get_tool_parser",
     "load_chat_template",

@@ -141,7 +141,7 @@ async def list_openai_agent_tools(agent: Any, sample: Sample, *, timeout: float 
     import asyncio
 
     from aworld_core.errors import AworldError
-    from aworld_core.gateway.fields import parse_chat
+    from aworld_core.gateway import parse_chat
 
     with _FirstRequest() as endpoint:
         # done once the first request is recorded, whatever the function does with the error (a function

@@ -44,7 +44,7 @@ from swift.rollout.multi_turn import MultiTurnScheduler
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import Message, Sample
-from aworld_core.tokens.messages import content_text
+from aworld_core.tokens import content_text
 from aworld_swift.rows import SAMPLE_COLUMN
 from aworld_swift.runtime import SwiftRuntime, get_runtime
 from aworld_swift.trajectory import FORCED_FIRST_TURN_IN_SERVER_MODE, INFO_KEY, Trajectory

@@ -55,8 +55,7 @@ from aworld_core.schemas import (
     SamplingParams,
     TrainingView,
 )
-from aworld_core.tokens import LENGTH, STOP, TokenOutput
-from aworld_core.tokens.turn import TurnRefused, current_turn
+from aworld_core.tokens import LENGTH, STOP, TokenOutput, TurnRefused, current_turn
 from aworld_core.worker import describe, mask_runs, tool_counts, untrainable_reason
 
 if TYPE_CHECKING:
