@@ -31,7 +31,9 @@ INET = re.compile(r'sa_family=AF_INET, sin_port=htons\((\d+)\), sin_addr=inet_ad
 INET6 = re.compile(r'sa_family=AF_INET6, sin6_port=htons\((\d+)\).*?inet_pton\(AF_INET6, "([^"]+)"')
 RESULT = re.compile(r"\)\s+=\s+(-?\d+|\?)(?:\s+(E[A-Z0-9]+))?")
 EXECVE = re.compile(r'^execve\("([^"]+)".*\)\s+=\s+0$')
-SPAWN = re.compile(r"^(?:clone3?|fork|vfork)\(.*\)\s+=\s+(\d+)(?:\s+/\* (\d+) in strace's PID NS \*/)?\s*$")
+# a process-creating call, whole or resumed (a call strace had to split: "<... clone3 resumed>...) = N")
+SPAWN = re.compile(r"^(?:(?:clone3?|fork|vfork)\(|<\.\.\. (?:clone3?|fork|vfork) resumed>).*\)\s+=\s+(\d+)"
+                   r"(?:\s+/\* (\d+) in strace's PID NS \*/)?\s*$")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from aworld_core.validation import AGENT_SAMPLING
 from support.fake_dists import run_cli
 
 ROWS = [{"question": "What is 2+3?", "answer": "5"}]
-JOB_ONLY = {"name", "desc", "system_prompt", "mcp_config", "mcp_servers", "tools", "options", "factory"}
+JOB_ONLY = {"name", "desc", "system_prompt", "mcp_config", "mcp_servers", "tools", "options", "factory",
+            "openai_agent"}
 
 
 def make_solver(steps: int = 3) -> Agent:
