@@ -6,9 +6,11 @@ swift`` in ``.venvs/swift-vllm``, as a user launches it: the launch starts ``swi
 (vLLM's CPU build; the episodes run there against the demo's calculator MCP server), runs ``swift
 rlhf --vllm_mode server`` (weights synced to the server over TCP before every step) and stops the
 server. The demo's GRPO settings (8 prompts x 8 generations, lr 2e-4 linear, no KL, temperature 1,
-64 new tokens); its own chat format (``template: chatml, template_backend: jinja, agent_template:
-hermes`` renders exactly what the demo model was warm-started on; ms-swift's ``qwen2_5`` adds its
-default system prompt and lists the tools in a system block longer than the model's 256 positions). Held-out
+64 new tokens); its own chat format (``template: chatml`` with the agent template ``aworld_demo``,
+``_swift_demo_agent_template.py``: hermes without its tool listing, renders exactly what the demo
+model was warm-started on; ms-swift's ``qwen2_5`` adds its default system prompt and lists the tools
+in a system block longer than the model's 256 positions, and ``template_backend: jinja``, used here
+before, rendered every later turn's id-backed assistant message as the text of its id list). Held-out
 accuracy is ms-swift's evaluation of the job's test set (``eval_on_start`` and after the last
 step: the mean ``exact_answer`` reward, i.e. the accuracy), read from its ``logging.jsonl``.
 """
@@ -22,6 +24,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = REPO / ".venvs" / "swift-vllm" / "bin" / "python"
 METRICS_FILE = "swift/logging.jsonl"  # ms-swift's, under the run's output directory, written live
+# the demo's chat format under ms-swift's own template backend (the trainer and the rollout server load it)
+PLUGIN = Path(__file__).resolve().parent / "_swift_demo_agent_template.py"
+AGENT_TEMPLATE = "aworld_demo"
 
 
 def free_port() -> int:
@@ -35,7 +40,8 @@ def free_port() -> int:
 def overrides(steps: int) -> dict[str, Any]:
     """``key=value`` overrides of the demo job for ms-swift server mode (ports picked free now)."""
     swift: dict[str, Any] = {
-        "model_type": "qwen2", "template": "chatml", "template_backend": "jinja", "agent_template": "hermes", "tuner_type": "full",
+        "model_type": "qwen2", "template": "chatml", "agent_template": AGENT_TEMPLATE, "tuner_type": "full",
+        "external_plugins": f"[{PLUGIN}]", "rollout.external_plugins": f"[{PLUGIN}]",
         "torch_dtype": "float32", "use_vllm": "true", "vllm_mode": "server", "vllm_server_group_port": free_port(),
         "num_generations": 8, "per_device_train_batch_size": 64, "max_completion_length": 64,
         "max_steps": steps, "learning_rate": 2.0e-4, "lr_scheduler_type": "linear", "beta": 0.0,

@@ -98,7 +98,7 @@ def _rows(tmp_path: Path, tools: list[dict[str, Any]], pairs: list[tuple[int, in
 
 
 def _rollout(parts: dict[str, Any], rows: list[dict[str, Any]], max_turns: int = 3, generations: int = 2,
-             logprobs: bool = False, tag: str = "") -> tuple[Any, list[Any], list[Any]]:
+             logprobs: bool = False, tag: str = "", temperature: float = 1.0) -> tuple[Any, list[Any], list[Any]]:
     """What the trainer does for a batch: requests, trajectory start, first turn, then the driver."""
     from swift.infer_engine import RequestConfig
     from swift.infer_engine.protocol import RolloutInferRequest, RolloutOutput
@@ -114,7 +114,7 @@ def _rollout(parts: dict[str, Any], rows: list[dict[str, Any]], max_turns: int =
         sample.request_id = f"{tag}req-{index}"
         sample.prompt_id = f"{tag}prompt-{index // generations}"
     requests = [sample.to_infer_request(include_extra=True) for sample in samples]
-    config = RequestConfig(n=1, max_tokens=48, temperature=1.0, return_details=True, logprobs=logprobs)
+    config = RequestConfig(n=1, max_tokens=48, temperature=temperature, return_details=True, logprobs=logprobs)
 
     def infer(batch: list[RolloutInferRequest], cfg: RequestConfig) -> list[RolloutOutput]:
         return [RolloutOutput(response=r) for r in engine.infer(batch, cfg, use_tqdm=False)] if batch else []
@@ -459,3 +459,73 @@ def test_a_turn_ms_swift_would_close_with_untrained_template_tokens_is_not_train
     scheduler._check_environment_ids(fine)
     assert flagged.untrainable and kept == [0, 0, 0]
     assert fine.untrainable is None
+
+
+def _limited(parts: dict[str, Any], limit: int) -> dict[str, Any]:
+    """ms-swift's pieces with a length limit of ``limit`` tokens: its template's ``max_length`` (past
+    which ms-swift's encode raises ``MaxLengthError``) and its engine's ``max_model_len`` (which caps
+    each turn's new tokens)."""
+    from swift.infer_engine import TransformersEngine
+
+    template = copy(parts["template"])
+    template.max_length = limit
+    engine_template = copy(template)
+    engine = TransformersEngine(parts["engine"].model, template=engine_template, max_batch_size=0)
+    engine.max_model_len = limit
+    return {**parts, "template": template, "engine": engine}
+
+
+@pytest.mark.parametrize("driver", ["colocate", "server"])
+def test_a_next_prompt_past_the_length_limit_ends_the_episode_as_a_length_stop(
+        driver, tmp_path, swift_parts, mcp_config, add_tools, observer, cleanup):
+    """The tool result makes the next prompt longer than ms-swift can sample from (the 15-step demo run
+    in server mode died on it: its rollout server answered 500, ``MaxLengthError``, and the trainer
+    stopped). Such an episode ends as a length stop after the turn it sampled: recorded, scored and
+    trained (its view cut after that turn, ``truncated``), and the batch goes on."""
+    import asyncio
+
+    from swift.infer_engine import RequestConfig
+
+    from aworld_swift.scheduler import AworldScheduler
+
+    rows = _rows(tmp_path, add_tools, [(1, 2)])
+    # greedy: the same first turn with and without the limit
+    free_runtime = _runtime(tmp_path / "free", mcp_config)
+    _, _, free_outputs = _rollout(swift_parts, rows, generations=1, temperature=0.0)
+    free_runtime.close()
+    free = {e.id: e for e in read_episodes(tmp_path / "free" / "run" / "trajectories.jsonl")}
+    view = free[free_outputs[0].rollout_infos[INFO_KEY]["episode_id"]].training
+    first = view.response_mask.index(0)  # the first turn's sampled ids, then the tool result's ids
+    assert 0 < first < len(view.response_mask) and view.num_turns >= 2  # the model called the tool
+    limit = len(view.prompt_ids) + first + 1  # room for the first turn, not for the tool result after it
+    parts = _limited(swift_parts, limit)
+
+    _runtime(tmp_path / "cut", mcp_config)
+    if driver == "colocate":
+        _, samples, outputs = _rollout(parts, rows, generations=1, temperature=0.0)
+    else:
+        from swift.rl_core.data import GRPOSample
+
+        scheduler = AworldScheduler(infer_engine=parts["engine"], max_turns=3)
+        sample = GRPOSample.from_row(rows[0])
+        sample.request_id = sample.prompt_id = "server-0"
+        config = RequestConfig(n=1, max_tokens=48, temperature=0.0, return_details=True)
+        output = asyncio.run(scheduler.run(sample.to_infer_request(include_extra=True), config))
+        sample.apply_rollout_output(rollout_output=output)
+        samples, outputs = [sample], [output]
+        assert not scheduler.trajectories
+    episodes = {e.id: e for e in read_episodes(tmp_path / "cut" / "run" / "trajectories.jsonl")}
+    info = outputs[0].rollout_infos[INFO_KEY]
+    episode = episodes[info["episode_id"]]
+    assert episode.status.value == "success" and info["stop"] == "length" and info["trained"]
+    assert "no position is left to sample in" in episode.metadata["swift_length"]
+    cut = episode.training
+    assert cut.truncated and cut.prompt_ids == view.prompt_ids
+    # the first turn as sampled without the limit, nothing after it
+    assert cut.response_ids == view.response_ids[:first] and cut.response_mask == [1] * first
+    assert outputs[0].response_token_ids == [cut.response_ids]
+    assert outputs[0].response_loss_mask == [cut.response_mask]
+    input_ids, labels = _trained(parts, samples[0])
+    assert input_ids == [*cut.prompt_ids, *cut.response_ids] and len(input_ids) < limit
+    assert labels[len(cut.prompt_ids):] == cut.response_ids
+    assert episode.id in observer.seen

@@ -118,6 +118,7 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
     defaults.update(job.rollout.sampling.native(SAMPLING_KEYS, user, prefix="backends.swift.", backend="swift"))
     args = _merge(defaults, user, "backends.swift")
     _check_compaction(job, args)
+    _check_template_backend(args.get("template_backend"), "backends.swift.template_backend")
     if args.get("vllm_mode") == "server":
         if args.get("use_vllm") is False:
             raise ConfigError("backends.swift.vllm_mode is 'server' but use_vllm is false: set use_vllm: true "
@@ -131,6 +132,15 @@ def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
         if not (isinstance(ports, list) and len(ports) > 1):  # several servers: the user's own list
             args["vllm_server_port"] = [_server_port(job, args)]
     return {key: value for key, value in args.items() if value is not None}
+
+
+def _check_template_backend(value: Any, where: str) -> None:
+    """ms-swift's ``jinja`` template backend renders the id-backed assistant message that continues every
+    multi-turn trajectory as the text of its id list (``aworld_swift.scheduler.JINJA_BACKEND``)."""
+    if value == "jinja":
+        from aworld_swift.trajectory import JINJA_BACKEND
+
+        raise ConfigError(f"{where} is 'jinja': {JINJA_BACKEND}")
 
 
 def _check_compaction(job: Any, args: dict[str, Any]) -> None:
@@ -171,6 +181,7 @@ def rollout_args(job: Any, args: dict[str, Any]) -> dict[str, Any]:
         "port": args["vllm_server_port"][0],
     })
     merged = _merge(defaults, _rollout_section(job), f"backends.swift.{ROLLOUT_KEY}")
+    _check_template_backend(merged.get("template_backend"), f"backends.swift.{ROLLOUT_KEY}.template_backend")
     return {key: value for key, value in merged.items() if value is not None}
 
 

@@ -47,7 +47,7 @@ from aworld_core.schemas import Message, Sample
 from aworld_core.tokens import content_text
 from aworld_swift.rows import SAMPLE_COLUMN
 from aworld_swift.runtime import SwiftRuntime, get_runtime
-from aworld_swift.trajectory import FORCED_FIRST_TURN_IN_SERVER_MODE, INFO_KEY, Trajectory
+from aworld_swift.trajectory import FORCED_FIRST_TURN_IN_SERVER_MODE, INFO_KEY, JINJA_BACKEND, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ class AworldScheduler(MultiTurnScheduler):
 
     async def _start(self, request: Any) -> None:
         sample = sample_of(request)
+        check_template(self._swift_template())
         runtime = self.runtime
         stale = self.trajectories.pop(request.uuid, None)
         if stale is not None and not stale.final:
@@ -129,6 +130,11 @@ class AworldScheduler(MultiTurnScheduler):
                 f"turn; give the episode the same limit (rollout.max_turns)"
             ))
             done = True
+        if not done:
+            over = self._over_length(trajectory)
+            if over is not None:  # ms-swift could not sample the next turn: the episode ends as a length stop
+                await loop.call(trajectory.end_at_length(over))
+                done = True
         if not done:
             self._check_environment_ids(trajectory)
             return {"done": False}
@@ -217,6 +223,44 @@ class AworldScheduler(MultiTurnScheduler):
 
     # -- helpers ----------------------------------------------------------------------------------
 
+    def _swift_template(self) -> Any:
+        """The template ms-swift encodes this scheduler's requests with (the engine's in server mode)."""
+        return self._template or getattr(self.infer_engine, "template", None)
+
+    def _over_length(self, trajectory: Trajectory) -> str | None:
+        """Why ms-swift could not sample the trajectory's next generation, when it could not: the next
+        prompt as ms-swift renders it (the open segment's messages, then its id-backed assistant
+        message holding the ids so far) leaves no position to sample in under the template's
+        ``max_length`` (ms-swift's template raises ``MaxLengthError`` past it: a rollout server answers
+        500 and the whole batch fails) or the model's / engine's ``max_model_len``."""
+        template = self._swift_template()
+        if template is None or not trajectory.segment_messages:
+            return None
+        limits = {"max_length": getattr(template, "max_length", None),
+                  "the model's max_model_len": getattr(getattr(template, "model_info", None), "max_model_len", None),
+                  "the engine's max_model_len": getattr(self.infer_engine, "max_model_len", None)}
+        limits = {name: int(v) for name, v in limits.items() if isinstance(v, int) and v > 0}
+        if not limits:
+            return None
+        name, limit = min(limits.items(), key=lambda item: item[1])
+        length = self._encoded_length(template, next_messages(trajectory), trajectory.tools)
+        if length is None or length < limit:
+            return None
+        return (f"the next generation's prompt is {length} tokens as ms-swift renders it, and {name} is {limit}: "
+                f"no position is left to sample in, so the episode ends as a length stop after the turn it sampled")
+
+    @staticmethod
+    def _encoded_length(template: Any, messages: list[dict[str, Any]], tools: Any) -> int | None:
+        try:
+            infer_template = copy(template)
+            infer_template.set_mode("transformers")
+            infer_template.max_length = None  # measured here, not refused
+            return len(infer_template.encode({"messages": messages, "tools": tools})["input_ids"])
+        except Exception as exc:  # ms-swift's own encode will say what is wrong with the request
+            logger.warning("ms-swift's template could not render a trajectory's next prompt to measure it (%s: %s)",
+                           type(exc).__name__, exc)
+            return None
+
     def _check_environment_ids(self, trajectory: Trajectory) -> None:
         """ms-swift's template labels the end-of-turn suffix when it opens a masked span after a
         trained one (``Template._add_dynamic_eos``): those ids would be trained without having been
@@ -255,6 +299,25 @@ class AworldScheduler(MultiTurnScheduler):
             logger.warning("ms-swift's template could not render a prompt for the recorded episode (%s: %s); the "
                            "episode's exported view keeps the token client's prompt for it", type(exc).__name__, exc)
             return None
+
+
+def next_messages(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """The messages ms-swift samples the trajectory's next generation from: the open segment's, its
+    last assistant message holding the segment's ids so far (its prefix, then its response)."""
+    messages = [dict(m) for m in trajectory.segment_messages[-1]]
+    prefix = trajectory.segment_prefixes[-1] if trajectory.segment_prefixes else []
+    if prefix and messages and messages[-1].get("role") == "assistant" and messages[-1].get("content") == prefix:
+        messages.pop()
+    ids = trajectory.assistant_ids()
+    if ids:
+        messages.append({"role": "assistant", "content": list(ids)})
+    return messages
+
+
+def check_template(template: Any) -> None:
+    """ms-swift's template must render id-backed assistant messages as ids (``JINJA_BACKEND``)."""
+    if template is not None and getattr(template, "template_backend", None) == "jinja":
+        raise UsageError(JINJA_BACKEND)
 
 
 def keep_logprobs(response_choice: Any, count: int) -> None:

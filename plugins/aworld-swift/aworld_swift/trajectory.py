@@ -80,6 +80,16 @@ FORCED_FIRST_TURN_IN_SERVER_MODE = (
 )
 
 
+# why ms-swift's jinja template backend is refused (at launch and by the scheduler)
+JINJA_BACKEND = (
+    "ms-swift's template_backend is 'jinja', which renders the id-backed assistant message ms-swift continues "
+    "every multi-turn trajectory with (its token ids) as the text of the list ('[305, 27, ...]'): every turn "
+    "after the first would be sampled from a prompt the agent never built. Use "
+    "template_backend 'swift' (ms-swift's default; unset backends.swift.template_backend) with a --template "
+    "and --agent_template that render the model's format"
+)
+
+
 @dataclass
 class TurnRequest:
     """The episode asked for a generation: the prompt the token client built, and where the
@@ -243,6 +253,9 @@ class Trajectory:
         self.segment_prompts: list[list[int] | None] = []
         self.segment_ids: list[int] = []
         self.new_segment = False  # the next generation opens a segment: ``step`` hands ms-swift its request
+        # why the episode was ended by length before its next generation (its next prompt would not fit
+        # ms-swift's length limit: ``end_at_length``), else None
+        self.length_end: str | None = None
 
     # -- the episode side (episode loop) ---------------------------------------------------------
 
@@ -427,6 +440,29 @@ class Trajectory:
             if not event.future.done():
                 event.future.set_exception(LLMError(reason))
 
+    async def end_at_length(self, why: str) -> None:
+        """End the episode as a length stop: its next generation's prompt would not fit ms-swift's
+        length limit (a long tool result, a long history), so ms-swift cannot sample it. The parked
+        generation (and any the agent asks after it) is answered ``finish_reason="length"`` without
+        sampling, as the token client answers a session whose response budget is spent; the episode
+        ends with ``metadata["stop"] = "length"`` and is scored and trained like any length stop.
+        What ms-swift trains of it ends with the turn it just sampled (``conclude`` cuts the recorded
+        view there: the environment ids after it never reach ms-swift, and nothing is sampled after them)."""
+        if self.episode is not None:
+            return
+        assert self.bridge is not None
+        self.length_end = why
+        pending, self.pending = self.pending, None
+        if pending is not None and not pending.future.done():
+            pending.future.set_result(TokenOutput([], None, LENGTH))
+        while True:
+            event = await self.bridge.events.get()
+            if isinstance(event, EpisodeDone):
+                self._ended(event)
+                return
+            if not event.future.done():
+                event.future.set_result(TokenOutput([], None, LENGTH))
+
     async def conclude(self) -> dict[str, Any]:
         """Settle the finished (and scored) episode: what trains, its record, ``on_episode_end``
         (once), and the ``rollout_infos`` entry ms-swift carries to the reward functions."""
@@ -436,6 +472,10 @@ class Trajectory:
         if self.untrainable is not None:
             # ms-swift would train ids that were never sampled (see the scheduler): no view to train
             episode.training = None
+        if self.length_end is not None:
+            episode.metadata["swift_length"] = self.length_end
+            if episode.training is not None:
+                episode.training = cut_after_last_sampled(episode.training)
         reason = untrainable_reason(episode)
         if reason is not None:
             self.mark_untrainable(self.untrainable or describe(episode, reason))
@@ -481,6 +521,21 @@ class Trajectory:
 def _forced_opening(message: dict[str, Any], forced: list[int]) -> bool:
     """Whether ``message`` is the id-backed assistant message holding the first turn's forced opening."""
     return bool(forced) and message.get("role") == "assistant" and message.get("content") == forced
+
+
+def cut_after_last_sampled(view: TrainingView) -> TrainingView:
+    """``view`` ending with its last sampled token, marked truncated: an episode ended by length before
+    its next generation (``Trajectory.end_at_length``), whose sequence on ms-swift ends with the turn
+    it sampled last. Only environment ids (mask 0) are cut, so the trained tokens are the view's."""
+    segments = view.segments()
+    last = segments[-1]
+    keep = max((i + 1 for i, m in enumerate(last.response_mask) if m), default=0)
+    segments[-1] = last.model_copy(update={
+        "response_ids": last.response_ids[:keep], "response_mask": last.response_mask[:keep],
+        "response_logprobs": last.response_logprobs[:keep], "response_versions": last.response_versions[:keep],
+        "truncated": True,
+    })
+    return TrainingView.of_segments(segments)
 
 
 def swift_sampling(job: Any) -> dict[str, Any]:
