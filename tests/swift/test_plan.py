@@ -206,11 +206,11 @@ def test_the_rollout_server_renders_conversations_as_the_trainer_does(tmp_path):
     from aworld_swift.launch import TEMPLATE_KEYS, TEMPLATE_TRAINING_ONLY, rollout_args
 
     assert set(TEMPLATE_KEYS) | set(TEMPLATE_TRAINING_ONLY) == {f.name for f in dataclasses.fields(TemplateArguments)}
-    job = load_job_config(_job_file(tmp_path, vllm_mode="server", template="qwen2_5", template_backend="jinja",
+    job = load_job_config(_job_file(tmp_path, vllm_mode="server", template="qwen2_5", template_backend="swift",
                                     system="Be brief.", max_length=256, padding_free=True))
     server = rollout_args(job, swift_args(job, tmp_path / "run"))
     assert (server["template"], server["template_backend"], server["system"], server["max_length"]) == (
-        "qwen2_5", "jinja", "Be brief.", 256)
+        "qwen2_5", "swift", "Be brief.", 256)
     assert "padding_free" not in server
 
 
@@ -265,6 +265,10 @@ def test_colocate_plans_no_rollout_server(tmp_path):
      r"backends.swift.rollout.port \(8002\) differ"),
     ({"vllm_mode": "server", "use_vllm": False}, "set use_vllm: true"),
     ({"vllm_mode": "server", "rollout": ["--port", "1"]}, "must be a mapping of 'swift rollout' arguments"),
+    # ms-swift's jinja backend renders a continued trajectory's id-backed assistant message as text
+    ({"template_backend": "jinja"}, "backends.swift.template_backend is 'jinja'.*as the text of the list"),
+    ({"vllm_mode": "server", "rollout": {"template_backend": "jinja"}},
+     "backends.swift.rollout.template_backend is 'jinja'"),
 ])
 def test_server_mode_and_secrets_are_checked_before_anything_runs(tmp_path, capsys, swift, needle):
     from aworld_core.errors import ConfigError

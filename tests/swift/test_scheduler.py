@@ -529,3 +529,19 @@ def test_a_next_prompt_past_the_length_limit_ends_the_episode_as_a_length_stop(
     assert input_ids == [*cut.prompt_ids, *cut.response_ids] and len(input_ids) < limit
     assert labels[len(cut.prompt_ids):] == cut.response_ids
     assert episode.id in observer.seen
+
+
+def test_ms_swifts_jinja_template_backend_is_refused(swift_parts):
+    """The jinja backend renders the id-backed assistant message ms-swift continues a trajectory with as
+    the text of its id list: refused before a trajectory starts (a server the user started included)."""
+    from swift import get_template
+
+    from aworld_swift.scheduler import check_template
+
+    jinja = get_template(swift_parts["processor"], template_type=TEMPLATE, template_backend="jinja")
+    ids = swift_parts["processor"].encode("The answer", add_special_tokens=False)
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ids}]
+    assert str(ids) in swift_parts["processor"].decode(jinja.encode({"messages": messages})["input_ids"])
+    with pytest.raises(UsageError, match="as the text of the list"):
+        check_template(jinja)
+    check_template(swift_parts["template"])
