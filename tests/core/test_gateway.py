@@ -256,6 +256,21 @@ async def test_server_side_failures_are_recorded_per_session_and_fail_it(tiny_to
         assert server.gateway.finish_session("ep-f") is None  # a view, but a failure stands: not trained
 
 
+def test_a_retry_clears_only_a_502():
+    """A 502 (the engine failed before anything was committed) is cleared by an answered identical
+    retry; a 500 may come after the sampled turn was appended to the session, so it stands."""
+    from aworld_core.gateway import CallFailure
+    from aworld_core.gateway.failures import GatewayFailures, request_key
+
+    record = GatewayFailures()
+    key = request_key("chat.completions", b'{"messages": []}')
+    record.record("e", CallFailure(status=502, message="engine down"), key)
+    record.record("e", CallFailure(status=500, message="after append_sampled"), key)
+    record.record("e", CallFailure(status=502, message="another request"), request_key("responses", b"{}"))
+    record.answered("e", key)
+    assert [(f.status, f.retried) for f in record.of("e")] == [(502, True), (500, False), (502, False)]
+
+
 async def test_malformed_tool_calls_are_listed_apart(tiny_tokenizer):
     bad = tiny_tokenizer.encode('<tool_call>\n{"name": "calc", "arguments": {oops}\n</tool_call><|im_end|>',
                                 add_special_tokens=False)

@@ -15,9 +15,11 @@ Every other 4xx is a client mistake (a refused field, a second call in flight, a
 was sampled or recorded, and the episode is what the agent does with that answer, so it is not a
 failure of the episode.
 
-A failed call that a later **identical** request in the same session answered (an SDK's retry of
-a ``502``: same path, same body bytes) is kept with ``retried=True`` and does not fail the episode:
-the client got its answer and its conversation went on as if the failure never happened.
+A ``502`` that a later **identical** request in the same session answered (an SDK's retry: same
+path, same body bytes) is kept with ``retried=True`` and does not fail the episode: the engine
+failed before anything was committed, the client got its answer and its conversation went on as if
+the failure never happened. Any other failure stands even when retried (a ``500`` may come after
+the sampled turn was appended to the session).
 
 :class:`GatewayFailures` keeps the records, one per token client (:func:`failures_of`: every gateway
 over the same ``TokenLLM`` shares it), so every path that collects a session's training view finds
@@ -142,13 +144,17 @@ class GatewayFailures:
             rec.keys.append(key or "")
 
     def answered(self, session_id: str, key: str) -> None:
-        """A request with ``key`` succeeded: earlier failures of the same request were retried."""
+        """A request with ``key`` succeeded: earlier ``502`` failures of the same request were retried.
+
+        Only a ``502`` is cleared: the token engine failed before anything was committed to the
+        session. A ``500`` may come after ``TokenLLM.chat`` already appended the sampled turn, so the
+        session may hold a turn the client never saw; a retry cannot undo that, and it stands."""
         with self._lock:
             rec = self._records.get(session_id)
             if rec is None:
                 return
             for i, k in enumerate(rec.keys):
-                if k == key and not rec.failures[i].retried:
+                if k == key and rec.failures[i].status == 502 and not rec.failures[i].retried:
                     rec.failures[i] = rec.failures[i].model_copy(update={"retried": True})
 
     def of(self, session_id: str) -> list[CallFailure]:
