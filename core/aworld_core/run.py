@@ -115,6 +115,7 @@ def run_eval(job: Any, limit: int | None, out: TextIO) -> int:
     from aworld_core.tools.mcp_shared import closing_shared_sessions
     from aworld_core.validation import validate_job
     from aworld_core.worker.build import build_agent
+    from aworld_core.worker.openai_agent import OpenAIAgent, training_only
 
     if limit is not None and limit < 1:
         raise UsageError(f"--limit {limit}: give at least 1 (or leave --limit out for every task)")
@@ -128,6 +129,8 @@ def run_eval(job: Any, limit: int | None, out: TextIO) -> int:
     # the job's environment runs as it does for training: agents built from MCP_SERVER_URL find it
     with job_environment(job):
         agent = build_agent(job, cache=False)  # one error message when no plugin builds one
+        if isinstance(agent, OpenAIAgent):  # served the trained policy by the kit's gateway only
+            raise training_only(agent.ref)
         report = asyncio.run(closing_shared_sessions(evaluate(
             agent, samples, job.reward, concurrency=job.rollout.concurrency, output=output,
             timeout=job.rollout.timeout_for(agent), max_steps=job.rollout.max_turns, base_dir=job.base_dir,

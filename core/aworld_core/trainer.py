@@ -254,8 +254,11 @@ class AgentTrainer:
         self.job = self.job.model_copy(update={"backend": self.backend})
         problems = JobProblems()  # every problem reported at once, these with the CLI's checks
         with problems.check("agent"):
-            built = get_plugin_manager().hook.build_agents(job=self.job, settings=get_settings())
-            if built is None:
+            if self.job.agent.openai_agent:  # the kit's agent (build_agent), not an Agent the hook builds
+                from aworld_core.worker.openai_agent import OpenAIAgent
+
+                OpenAIAgent.from_job(self.job)  # imports the function: a wrong reference fails here
+            elif get_plugin_manager().hook.build_agents(job=self.job, settings=get_settings()) is None:
                 raise UsageError("no agent: pass agent=... or set 'agent' (fields or factory) in the config")
         if self.job.train_dataset is None and self.job.sft is None:
             problems.add("train_dataset", UsageError(
@@ -293,6 +296,7 @@ class AgentTrainer:
         from aworld_core.evaluate import evaluate
         from aworld_core.tools.mcp_shared import closing_shared_sessions
         from aworld_core.worker.build import build_agent
+        from aworld_core.worker.openai_agent import OpenAIAgent, training_only
 
         samples = self.test_samples if dataset == "test" else self.train_samples
         if samples is None:
@@ -304,6 +308,8 @@ class AgentTrainer:
         target = output or self.job.resolved_output_dir() / f"eval_{dataset}.jsonl"
         with job_environment(self.job):  # the job's environment: as for training and --eval
             agent = build_agent(self.job, cache=False)
+            if isinstance(agent, OpenAIAgent):  # served the trained policy by the kit's gateway only
+                raise training_only(agent.ref)
             return asyncio.run(closing_shared_sessions(evaluate(
                 agent, samples, self.job.reward, llm=llm, concurrency=concurrency or self.job.rollout.concurrency,
                 output=target, progress=progress, timeout=self.job.rollout.timeout_for(agent),

@@ -282,3 +282,38 @@ async def test_a_swallowed_failure_counts_in_its_group_as_any_failed_episode(
         assert [is_trainable(e, needs_reward=False) for e in group.episodes] == [
             e.id != failed[0] for e in group.episodes
         ]
+
+
+def test_eval_refuses_it_clearly_exit_2(tmp_path, capsys) -> None:
+    """``aworld --eval`` and ``AgentTrainer.evaluate`` build agents with the kit, which answers an
+    OpenAIAgent; it runs only in training, so both refuse it with the factory's message (exit 2)."""
+    import json
+
+    import yaml
+
+    from aworld_core.run import main
+
+    (tmp_path / "test.jsonl").write_text(json.dumps({"prompt": "2+3?", "answer": "5"}) + "\n")
+    job = {"name": "openai-eval", "agent": {"openai_agent": SMOLAGENTS}, "reward": {"name": "exact_answer"},
+           "test_dataset": {"path": "test.jsonl"}, "output_dir": str(tmp_path / "out")}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    code = main(["--config", str(tmp_path / "job.yaml"), "--eval"])
+    err = capsys.readouterr().err
+    assert code == 2 and "runs only in training" in err and "llm=None" not in err, err
+
+    from aworld_core import AgentTrainer
+
+    (tmp_path / "train.jsonl").write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
+    trainer = AgentTrainer(config={**job, "train_dataset": {"path": str(tmp_path / "train.jsonl")},
+                                   "test_dataset": {"path": str(tmp_path / "test.jsonl")}})  # it trains
+    with pytest.raises(UsageError, match="runs only in training"):
+        trainer.evaluate()
+
+
+async def test_the_rollout_needs_a_token_client() -> None:
+    from aworld_core.worker.openai_agent import run_openai_episode
+
+    agent = OpenAIAgent(SMOLAGENTS, lambda sample, **endpoint: None)
+    for llm in (None, object()):
+        with pytest.raises(UsageError, match="TokenLLM.*runs only in training"):
+            await run_openai_episode(agent, Sample(id="s", prompt=[{"role": "user", "content": "x"}]), llm, {})

@@ -24,11 +24,9 @@ def agent_from_job(job: Any, settings: Any = None) -> Agent | Swarm:
         settings = get_settings()
     section = job.agent
     if getattr(section, "openai_agent", None):
-        raise UsageError(
-            f"agent.openai_agent {section.openai_agent!r} is a function written against the OpenAI API, not an "
-            "Agent: it runs only in training, where the worker kit (aworld_core.worker.build_agent) serves it the "
-            "trained policy through the gateway; to evaluate it, point it at an OpenAI-compatible endpoint yourself"
-        )
+        from aworld_core.worker.openai_agent import training_only
+
+        raise training_only(section.openai_agent)
     if section.factory:
         from aworld_core.secrets import resolve_env_ref
 

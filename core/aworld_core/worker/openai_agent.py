@@ -39,6 +39,21 @@ logger = logging.getLogger(__name__)
 SETTING = "agent.openai_agent"
 
 
+def training_only(ref: str) -> UsageError:
+    """The refusal for running ``agent.openai_agent`` outside training (``aworld run``, ``--eval``,
+    ``AgentTrainer.evaluate``): it is served the trained policy by the kit's gateway, nothing else."""
+    return UsageError(
+        f"{SETTING} {ref!r} is a function written against the OpenAI API, not an "
+        "Agent: it runs only in training, where the worker kit (aworld_core.worker.build_agent) serves it the "
+        "trained policy through the gateway; to evaluate it, point it at an OpenAI-compatible endpoint yourself"
+    )
+
+
+def _token_client(llm: Any) -> bool:
+    """Whether ``llm`` keeps token sessions the gateway can serve and collect (a ``TokenLLM``)."""
+    return llm is not None and all(callable(getattr(llm, name, None)) for name in ("session", "finish_session"))
+
+
 class OpenAIAgent:
     """The agent function (``ref``, imported as ``func``) and the gateways its episodes call."""
 
@@ -91,9 +106,10 @@ class OpenAIAgent:
 
 async def run_openai_episode(agent: OpenAIAgent, sample: Sample, llm: Any, context: Any) -> Episode:
     """One episode of ``agent`` through the gateway over ``llm``; failures are recorded, never raised."""
-    if llm is None:
-        raise UsageError(f"{SETTING} trains through a token client (the gateway serves the trained policy); "
-                         "the rollout got llm=None")
+    if not _token_client(llm):  # the gateway needs its sessions (session/finish_session): a TokenLLM
+        got = "None" if llm is None else f"a {type(llm).__name__}"
+        raise UsageError(f"{SETTING} trains through a token client (a TokenLLM: the gateway serves the trained "
+                         f"policy and collects its sessions); the rollout got llm={got}, so it runs only in training")
     ctx = RolloutContext.of(context)
     episode_id = ctx.episode_id or new_id("ep-")
     server = await agent.gateways(llm)
