@@ -191,27 +191,32 @@ test-wheels: venv
 # in the background while lint, the core suite and the wheels run in the foreground: installs wait on
 # the network and the disk, and the core suite leaves about a third of two cores idle (servers
 # starting, tools sleeping), so on 2 cores this saves most of the install time. Their output goes to
-# build/make-envs.log (shown when a build fails). Run one target alone (make test-verl) and it builds
-# what it needs itself.
+# build/make-envs.log (shown when a build fails). The background build runs in a session of its own
+# (setsid), stopped when make test is interrupted or a foreground suite fails. Run one target alone
+# (make test-verl) and it builds what it needs itself.
 BACKEND_TESTS := test-verl test-areal test-swift test-swift-vllm test-vllm
 
 test: venv
 	@mkdir -p build
 	@echo "== make test: building the backend environments in the background (build/make-envs.log)"
-	@( $(MAKE) --no-print-directory $(BACKEND_ENVS) verl-e2e-model >build/make-envs.log 2>&1; \
-	   echo $$? >build/make-envs.rc ) & \
+	@rm -f build/make-envs.rc; \
+	  setsid sh -c '$(MAKE) --no-print-directory $(BACKEND_ENVS) verl-e2e-model >build/make-envs.log 2>&1; \
+	    echo $$? >build/make-envs.rc' & bg=$$!; \
+	  trap 'kill -TERM -$$bg 2>/dev/null' INT TERM; \
 	  fg=0; $(MAKE) --no-print-directory lint test-core test-wheels || fg=$$?; \
-	  echo "== make test: waiting for the backend environments"; wait; \
-	  if [ "$$(cat build/make-envs.rc)" != 0 ]; then tail -n 60 build/make-envs.log; \
+	  if [ $$fg != 0 ]; then kill -TERM -$$bg 2>/dev/null; wait; \
+	    echo "make test: a foreground suite failed; the background build was stopped" >&2; exit $$fg; fi; \
+	  echo "== make test: waiting for the backend environments"; wait $$bg; \
+	  if [ "$$(cat build/make-envs.rc 2>/dev/null)" != 0 ]; then tail -n 60 build/make-envs.log; \
 	    echo "make test: building the backend environments failed (the whole log: build/make-envs.log)" >&2; exit 1; fi; \
-	  [ $$fg = 0 ] || exit $$fg; \
 	  $(MAKE) --no-print-directory $(BACKEND_TESTS)
 	@echo "make test: every suite passed"
 
 # the verl end-to-end test's warm-started demo model, kept in build/test-models per recipe and demo
-# code (tests/verl/e2e_model.py; niced: it runs beside the core suite in make test)
+# code (tests/verl/e2e_model.py; niced: it runs beside the core suite in make test; offline, as every
+# test command)
 verl-e2e-model: $(if $(wildcard tests/verl/e2e_model.py),$(STAMPS)/verl)
-	@if [ -f tests/verl/e2e_model.py ]; then nice -n 10 $(VENVS)/verl/bin/python tests/verl/e2e_model.py; fi
+	@if [ -f tests/verl/e2e_model.py ]; then nice -n 10 $(OFFLINE) $(VENVS)/verl/bin/python tests/verl/e2e_model.py; fi
 
 # ---------------------------------------------------------------------------------------------
 # the demo
