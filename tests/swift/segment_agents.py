@@ -18,3 +18,22 @@ def short_smolagents_agent(sample: Any, **endpoint: Any) -> str | None:
     from aworld_core.testing.smolagents_client import smolagents_agent as run
 
     return run(sample, max_tokens=5, **endpoint)
+
+
+ADD_TOOL = {"type": "function", "function": {
+    "name": "add", "description": "Add two numbers.",
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                   "required": ["a", "b"]}}}
+
+
+def one_call_agent(sample: Any, *, base_url: str, api_key: str, model: str) -> str | None:
+    """One OpenAI-client call asking for one tool call at most (``parallel_tool_calls: false``); its
+    answer is the names of the calls it got back (the test checks the episode's record)."""
+    import openai
+
+    question = next(m["content"] for m in reversed(list(sample.prompt)) if m.get("role") == "user")
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}],
+                                           tools=[ADD_TOOL], parallel_tool_calls=False)
+    calls = reply.choices[0].message.tool_calls or []
+    return ",".join(call.function.name for call in calls) or None

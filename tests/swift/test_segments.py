@@ -485,6 +485,67 @@ def test_a_clients_max_tokens_is_honoured_and_its_sampling_refused(tmp_path, swi
         assert refused.value.param == key
 
 
+def test_one_call_at_most_keeps_the_first_of_two_sampled_calls(tmp_path, swift_parts, cleanup):  # noqa: F811
+    """``parallel_tool_calls: false`` (the core stops the turn on the call's closing token, a stop token id
+    ms-swift's engine does not take per request): a sample holding two calls is cut after the first call's
+    closing token, as an engine honouring the stop id would have stopped; the episode sees one call and
+    ms-swift trains exactly the kept ids. The two-call sample is forced (the tiny model rarely writes
+    two): the engine's first generation is replaced by a two-call continuation."""
+    import asyncio
+
+    from swift_testkit import write_add_dataset
+
+    from aworld_core.config import DatasetSection
+    from aworld_core.datasets import load_dataset_section
+    from aworld_core.worker import OpenAIAgent
+    from aworld_swift.rows import list_openai_agent_tools, swift_row
+
+    agent = "segment_agents:one_call_agent"
+    data = _smolagents_job(tmp_path)
+    data["agent"]["openai_agent"] = agent
+    job = load_job_config(data=data)
+    (tmp_path / "run").mkdir(parents=True, exist_ok=True)
+    set_runtime(SwiftRuntime(job, tmp_path / "run" / "job.json"))
+    samples = load_dataset_section(DatasetSection(path=str(write_add_dataset(tmp_path / "data.jsonl", [(2, 3)]))))
+    tools, _ = asyncio.run(list_openai_agent_tools(OpenAIAgent.load(agent, str(HERE)), samples[0], timeout=60))
+    rows = [swift_row(sample, tools) for sample in samples]
+    tok = swift_parts["processor"]
+    call = '<tool_call>\n{{"name": "add", "arguments": {{"a": {}, "b": {}}}}}\n</tool_call>'
+    first, second = tok.encode(call.format(2, 3), add_special_tokens=False), tok.encode(
+        "\n" + call.format(4, 5) + "<|im_end|>", add_special_tokens=False)
+    engine = swift_parts["engine"]
+
+    class TwoCalls:
+        """ms-swift's engine, its every sample replaced by two calls (what a model ignoring the limit writes)."""
+
+        template = engine.template
+
+        def infer(self, batch: list[Any], cfg: Any, **kwargs: Any) -> list[Any]:
+            responses = engine.infer(batch, cfg, **kwargs)
+            for response in responses:
+                response.choices[0].token_ids = [*first, *second]
+                response.choices[0].logprobs = None
+            return responses
+
+    parts = {**swift_parts, "engine": TwoCalls()}
+    out_samples, outputs, _ = _recorded_rollout(parts, rows, generations=1)
+    episodes = {e.id: e for e in read_episodes(tmp_path / "run" / "trajectories.jsonl")}
+    info = outputs[0].rollout_infos[INFO_KEY]
+    episode = episodes[info["episode_id"]]
+    assert episode.status.value == "success" and info["trained"], info
+    assert episode.final_answer == "add"  # the client got one call back
+    view = episode.training
+    assert view.num_turns == 1 and view.response_ids == first and view.response_mask == [1] * len(first)
+    assert outputs[0].response_token_ids == [first] and outputs[0].response_loss_mask == [[1] * len(first)]
+    input_ids, labels = _trained(swift_parts, _applied(out_samples[0], outputs[0]))
+    assert labels[len(input_ids) - len(first):] == first and all(x == -100 for x in labels[:-len(first)])
+
+
+def _applied(sample: Any, output: Any) -> Any:
+    sample.apply_rollout_output(rollout_output=output)
+    return sample
+
+
 def test_a_forced_first_turn_is_refused_by_the_server_mode_driver(tmp_path, swift_parts, cleanup):  # noqa: F811
     """ms-swift's server-mode driver (``MultiTurnScheduler.run``) drops the first prompt's trailing
     assistant message, so an episode whose first turn is forced (tool_choice) is refused there, at its

@@ -55,7 +55,7 @@ from aworld_core.schemas import (
     SamplingParams,
     TrainingView,
 )
-from aworld_core.tokens import LENGTH, STOP, TokenOutput, TurnRefused, current_turn
+from aworld_core.tokens import LENGTH, STOP, STOP_TOKEN_IDS, TokenOutput, TurnRefused, current_turn
 from aworld_core.worker import describe, mask_runs, tool_counts, untrainable_reason
 
 if TYPE_CHECKING:
@@ -361,17 +361,24 @@ class Trajectory:
 
     def honour(self, sampling: SamplingParams | None, sampled: list[int], logprobs: list[float] | None,
                finish_reason: str | None) -> tuple[list[int], list[float] | None, str | None]:
-        """The turn's ``max_tokens`` and ``stop`` strings, which ms-swift's engine does not take per
-        request: its sample cut where an engine honouring them would have stopped (the first
-        ``max_tokens`` ids; the ids up to the one that completes a stop string, as vLLM keeps them).
-        What follows the cut is dropped: never seen by the episode, never trained (the scheduler
-        hands ms-swift the kept ids)."""
+        """The turn's ``max_tokens``, stop token ids and ``stop`` strings, which ms-swift's engine does
+        not take per request: its sample cut where an engine honouring them would have stopped (the
+        first ``max_tokens`` ids; the ids up to and including the first stop token id, as vLLM keeps
+        it; the ids up to the one that completes a stop string, as vLLM keeps them). Stop token ids
+        are a client's ``stop_token_ids`` and the core's one-call limit (``parallel_tool_calls: false``
+        or a named function: the call's closing token, ``aworld_core.tokens.turn``), so a sample holding
+        two calls keeps the first. What follows the cut is dropped: never seen by the episode, never
+        trained (the scheduler hands ms-swift the kept ids)."""
         if sampling is None:
             return sampled, logprobs, finish_reason
         keep = len(sampled)
         reason = finish_reason
         if sampling.max_tokens is not None and keep > sampling.max_tokens:
             keep, reason = sampling.max_tokens, "length"
+        stop_ids = set(sampling.extra.get(STOP_TOKEN_IDS) or [])
+        at = next((k for k, token in enumerate(sampled[:keep]) if token in stop_ids), None)
+        if at is not None:
+            keep, reason = at + 1, "stop"
         stops = [s for s in sampling.stop or [] if s]
         if stops:
             decode = self.runtime.llm.renderer.decode
@@ -381,7 +388,7 @@ class Trajectory:
                         keep, reason = k, "stop"
                         break
         if keep == len(sampled):
-            return sampled, logprobs, finish_reason
+            return sampled, logprobs, reason
         return sampled[:keep], None if logprobs is None else logprobs[:keep], reason
 
     def segment_request(self, prompt_ids: list[int], forced: list[int] | None = None
