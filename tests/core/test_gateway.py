@@ -208,7 +208,9 @@ class _StreamBreaks(ScriptedTokenEngine):
 async def test_server_side_failures_are_recorded_per_session_and_fail_it(tiny_tokenizer):
     """Every 5xx and a context-length 400 are recorded in the session (typed, secrets masked), a
     begun stream's failure too; client mistakes and stateless calls are not. A session with a
-    standing failure is not trained: finish_session answers None, DELETE a 404 naming the failure."""
+    standing failure is not trained: finish_session answers None; DELETE answers a 404 naming the
+    failure when nothing was sampled, else 200 with the view marked ``"failed": true`` (and its
+    ``error`` and ``gateway_failures``), so an HTTP consumer that skips the list is told too."""
     from aworld_core.gateway import CallFailure
     from aworld_core.secrets import register_secret
 
@@ -243,7 +245,7 @@ async def test_server_side_failures_are_recorded_per_session_and_fail_it(tiny_to
         assert server.gateway.failures("e") == [] and server.gateway.finish_session("e") is None
 
     answer = turn(tiny_tokenizer, ANSWER)
-    llm = TokenLLM(_StreamBreaks([answer, answer]), tiny_tokenizer, chat_template=load_template("qwen2_5"))
+    llm = TokenLLM(_StreamBreaks([answer] * 4), tiny_tokenizer, chat_template=load_template("qwen2_5"))
     with GatewayServer(Gateway(llm)) as server:
         url = f"{server.session_base_url('ep-f')}/chat/completions"
         assert (await post(url, hi))[0] == 200
@@ -252,8 +254,19 @@ async def test_server_side_failures_are_recorded_per_session_and_fail_it(tiny_to
             assert r.status == 200 and "the engine died mid-stream" in await r.text()
         status, view = await get(f"http://{server.address}/sessions/ep-f/training")
         assert status == 200 and [f["status"] for f in view["gateway_failures"]] == [502]
+        assert view["failed"] is True and "the gateway failed 1 call(s): first: 502 " in view["error"]
         assert view["num_turns"] == 1 and server.gateway.training_view("ep-f").num_turns == 1
         assert server.gateway.finish_session("ep-f") is None  # a view, but a failure stands: not trained
+
+        url = f"{server.session_base_url('ep-g')}/chat/completions"
+        assert (await post(url, hi))[0] == 200
+        async with aiohttp.ClientSession() as http, http.post(url, json={
+            "messages": [*hi["messages"], ANSWER, {"role": "user", "content": "go on"}], "stream": True}) as r:
+            assert r.status == 200 and "the engine died mid-stream" in await r.text()
+        async with aiohttp.ClientSession() as http, http.delete(f"http://{server.address}/sessions/ep-g") as r:
+            data = await r.json()  # a view to show, but not to train
+        assert r.status == 200 and data["num_turns"] == 1 and data["failed"] is True
+        assert "first: 502 " in data["error"] and [f["status"] for f in data["gateway_failures"]] == [502]
 
 
 def test_a_retry_clears_only_a_502():
@@ -292,6 +305,7 @@ async def test_delete_finishes_a_session(scripted):
     async with aiohttp.ClientSession() as http, http.delete(f"http://{server.address}/sessions/ep-d") as r:
         data = await r.json()
         assert r.status == 200 and data["num_turns"] == 1 and data["gateway_failures"] == []
+        assert data["failed"] is False and "error" not in data
     assert server.gateway.training_view("ep-d") is None
 
 

@@ -679,13 +679,22 @@ def _view_answer(
     episode_id: str, view: TrainingView | None, failures: list[CallFailure], error: str | None = None
 ) -> Response:
     """A session's view as JSON with the calls the gateway failed in it (``gateway_failures``;
-    one not ``retried`` means the episode failed: do not train it); 404 when there is no view."""
+    one not ``retried`` means the episode failed: do not train it) and that verdict at the top,
+    ``failed`` (``true`` with the ``error``), so a consumer that skips the list is told too; 404
+    when there is no view."""
     if view is None:
         why = f"; {error}" if error else ""
         return _error(404, f"no session {episode_id!r}{why}", "not_found_error")
-    return JSONResponse(
-        {**view.model_dump(mode="json"), "gateway_failures": [f.model_dump(mode="json") for f in failures]}
-    )
+    if error is None and any(not f.retried for f in failures):
+        error = FinishedSession(view, failures).error()
+    answer: dict[str, Any] = {
+        **view.model_dump(mode="json"),
+        "failed": error is not None,
+        "gateway_failures": [f.model_dump(mode="json") for f in failures],
+    }
+    if error is not None:
+        answer["error"] = error
+    return JSONResponse(answer)
 
 
 def _message(response: LLMResponse) -> dict[str, Any]:
