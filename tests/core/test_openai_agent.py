@@ -317,3 +317,47 @@ async def test_the_rollout_needs_a_token_client() -> None:
     for llm in (None, object()):
         with pytest.raises(UsageError, match="TokenLLM.*runs only in training"):
             await run_openai_episode(agent, Sample(id="s", prompt=[{"role": "user", "content": "x"}]), llm, {})
+
+
+async def test_a_held_out_episode_samples_with_the_contexts_settings_under_the_requests(
+    tmp_path, tiny_tokenizer
+) -> None:
+    """A backend's validation settings (``ctx.sampling``: verl's greedy ``val_kwargs``) are the
+    session's defaults in the gateway: a request that sets no temperature is sampled greedy, not at the
+    training temperature; a request's own field wins."""
+    pytest.importorskip("openai")
+    from aworld_core.schemas import SamplingParams
+
+    (tmp_path / "temps.py").write_text('''
+import openai
+
+
+async def two_calls(sample, *, base_url, api_key, model):
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    messages = list(sample.prompt)
+    first = await client.chat.completions.create(model=model, messages=messages, max_tokens=8)
+    messages += [first.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "again"}]
+    out = await client.chat.completions.create(model=model, messages=messages, max_tokens=8, temperature=0.7)
+    return out.choices[0].message.content
+''')
+    seen: list[SamplingParams] = []
+    answer = tiny_tokenizer.encode("It is 5.", add_special_tokens=False)
+
+    def script(prompt_ids, sampling, request_id):
+        seen.append(sampling)
+        return answer
+
+    llm = TokenLLM(ScriptedTokenEngine(script), tiny_tokenizer, tool_parser="hermes")
+    agent = OpenAIAgent.load(f"{tmp_path / 'temps.py'}:two_calls")
+    sample = Sample(id="s", prompt=[{"role": "user", "content": "hi"}])
+    runner = EpisodeRunner(agent, llm, timeout=60, sampling=SamplingParams(temperature=1.0, top_p=0.9))
+    try:
+        held_out = await runner.run(sample, {"sampling": {"temperature": 0.0}})  # greedy validation
+        trained = await runner.run(sample)
+        servers = agent.gateways.servers()
+        assert servers and all(not s.gateway._session_sampling for s in servers)  # finish forgot them
+    finally:
+        await agent.aclose()
+    assert held_out.status is EpisodeStatus.SUCCESS and trained.status is EpisodeStatus.SUCCESS, held_out.error
+    assert [(s.temperature, s.top_p) for s in seen] == [(0.0, 0.9), (0.7, 0.9), (1.0, 0.9), (0.7, 0.9)]
+    assert all(s.max_tokens == 8 for s in seen)

@@ -43,6 +43,7 @@ import json
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -67,7 +68,7 @@ from aworld_core.gateway.failures import (
 from aworld_core.gateway.fields import GatewayRequestError, parse_chat, sampling_from_body
 from aworld_core.gateway.streaming import TextStream, TurnStream
 from aworld_core.llm.base import LLMResponse
-from aworld_core.schemas import TrainingView
+from aworld_core.schemas import SamplingParams, TrainingView
 from aworld_core.secrets import mask
 from aworld_core.tokens.llm import PromptTooLongError, SessionBusyError, SessionFinishedError, TokenLLM
 from aworld_core.tokens.turn import TurnRefused, TurnRequest
@@ -76,6 +77,8 @@ log = logging.getLogger(__name__)
 
 SESSION_HEADER = "X-Session-Id"
 NO_RETRY = {"x-should-retry": "false"}  # the OpenAI SDKs honour it before their status-code rules
+#: sessions whose default sampling is kept (one never finished is forgotten after as many newer)
+MAX_SESSION_SAMPLING = 10_000
 
 __all__ = ["SESSION_HEADER", "Gateway", "GatewayRequestError", "sampling_from_body"]
 
@@ -116,6 +119,7 @@ class Gateway:
         self.created = int(time.time())
         self.responses = rs.ResponseStore()
         self.failed_calls: GatewayFailures = failures_of(llm)  # shared by every gateway over llm
+        self._session_sampling: OrderedDict[str, SamplingParams] = OrderedDict()
         self._puts = 0
         # a template without a developer role of its own renders 'developer' as its system role
         self.developer_as_system = "developer" not in (llm.renderer.template or "")
@@ -142,6 +146,7 @@ class Gateway:
         """The episode's training view and the calls the gateway failed in it, dropping the session.
         ``.error()`` is not ``None`` when a failure stands: the episode failed, nothing of it trains."""
         self.responses.forget_session(episode_id)
+        self._session_sampling.pop(episode_id, None)
         return finished_session(self.llm, episode_id, self.llm.finish_session(episode_id))
 
     def finish_session(self, episode_id: str) -> TrainingView | None:
@@ -156,6 +161,24 @@ class Gateway:
 
     def training_view(self, episode_id: str) -> TrainingView | None:
         return self.llm.training_view(episode_id)
+
+    def set_session_sampling(self, episode_id: str, sampling: SamplingParams | None) -> None:
+        """The sampling of the session's calls where a request sets no value of its own (a backend's
+        validation settings, e.g. verl's greedy ``val_kwargs``, reach an OpenAI-API agent this way:
+        its client sends what it sends, not the episode's settings). A request's own fields win;
+        under both, the token client's defaults; :meth:`finish` forgets it."""
+        if sampling is None:
+            self._session_sampling.pop(episode_id, None)
+            return
+        self._session_sampling[episode_id] = sampling
+        self._session_sampling.move_to_end(episode_id)
+        while len(self._session_sampling) > MAX_SESSION_SAMPLING:
+            self._session_sampling.popitem(last=False)
+
+    def _sampling(self, session_id: str | None, sampling: SamplingParams) -> SamplingParams:
+        """A request's sampling over its session's defaults (:meth:`set_session_sampling`)."""
+        default = self._session_sampling.get(session_id) if session_id else None
+        return sampling if default is None else default.merged(sampling)
 
     def failures(self, episode_id: str) -> list[CallFailure]:
         """The calls the gateway failed in the session so far (``retried`` ones included)."""
@@ -242,6 +265,7 @@ class Gateway:
         key = request_key("chat.completions", await request.body())
         try:
             chat = parse_chat(await self._body(request))
+            chat.sampling = self._sampling(session_id, chat.sampling)
             messages = self._messages(chat.messages)
 
             def run(turn: TurnRequest) -> Any:
@@ -410,6 +434,7 @@ class Gateway:
         key = request_key("responses", await request.body())
         try:
             req = rs.parse_responses(await self._body(request), self.responses, session_id)
+            req.sampling = self._sampling(session_id, req.sampling)
             messages = self._messages(req.messages)
 
             def run(turn: TurnRequest) -> Any:

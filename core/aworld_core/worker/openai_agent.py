@@ -10,7 +10,9 @@ job's ``Agent``, and the core's ``rollout`` hook runs it
 kit's, as for any agent, and every backend that runs the kit's ``EpisodeRunner`` over a
 ``TokenLLM`` trains it. Every call the function makes to ``base_url`` (the gateway's per-episode URL,
 ``/sessions/<episode id>/v1``) lands in that episode's token record; a client that re-serializes its
-history (smolagents) or compacts it makes the episode several token-exact segments. A call the
+history (smolagents) or compacts it makes the episode several token-exact segments. The episode's
+sampling (``RolloutContext.sampling``: a backend's validation settings, e.g. verl's greedy
+``val_kwargs``) is the gateway session's default: what a request leaves unset. A call the
 gateway failed on the server side (a 5xx, a prompt over the context limit:
 ``aworld_core.gateway.failures``) fails the episode even when the function returned normally
 (smolagents swallows such an error and answers with its text): it is recorded (messages and
@@ -113,6 +115,9 @@ async def run_openai_episode(agent: OpenAIAgent, sample: Sample, llm: Any, conte
     ctx = RolloutContext.of(context)
     episode_id = ctx.episode_id or new_id("ep-")
     server = await agent.gateways(llm)
+    # the backend's settings for this episode (validation's, e.g. verl's greedy val_kwargs) as the
+    # session's defaults: the agent's client sends its own fields, which win (finish forgets them)
+    server.gateway.set_session_sampling(episode_id, ctx.sampling)
     episode = Episode(id=episode_id, task_id=ctx.task_id or sample.id, agent_id=agent.ref)
     episode.metadata.update({"agent_style": "openai", **ctx.episode_metadata()})
     deadline = asyncio.timeout(ctx.timeout)
