@@ -546,6 +546,57 @@ def _applied(sample: Any, output: Any) -> Any:
     return sample
 
 
+def test_a_new_segment_past_the_length_limit_ends_the_episode_after_the_last_sampled_segment(
+        tmp_path, swift_parts, cleanup):  # noqa: F811
+    """smolagents' rewritten second segment is rendered from a prompt longer than ms-swift's length limit
+    (which leaves room for the first segment's turn): the episode ends as a length stop when that segment
+    opens, and what trains is the first segment alone, exactly its sampled ids. No row for the segment that
+    was never sampled (an empty response under a prompt ms-swift never rendered)."""
+    pytest.importorskip("smolagents")
+    from test_scheduler import _limited
+
+    from aworld_swift.segments import segment_outputs
+
+    (tmp_path / "free" / "run").mkdir(parents=True)
+    free = SwiftRuntime(load_job_config(data=_smolagents_job(tmp_path / "free")), tmp_path / "free" / "run" / "job.json")
+    set_runtime(free)
+    rows, _ = _smolagents_rows(tmp_path, [(2, 3)])
+    _, free_outputs, _ = _recorded_rollout(swift_parts, rows, generations=1)
+    free.close()
+    free_view = {e.id: e for e in read_episodes(tmp_path / "free" / "run" / "trajectories.jsonl")}[
+        free_outputs[0].rollout_infos[INFO_KEY]["episode_id"]].training
+    first, second = free_view.segments()
+    # the first prompt as ms-swift renders it (ending with the forced call opening) and room for 8 sampled
+    # ids (the engine's max_model_len caps the turn), less than the rewritten segment's prompt adds to it
+    # (the memory's call, its observation and smolagents' final-answer messages)
+    limit = len(first.prompt_ids) + 8
+    assert len(second.prompt_ids) > limit
+    job = load_job_config(data=_smolagents_job(tmp_path))
+    (tmp_path / "run").mkdir(parents=True, exist_ok=True)
+    set_runtime(SwiftRuntime(job, tmp_path / "run" / "job.json"))
+    parts = _limited(swift_parts, limit)
+    samples, outputs, generated = _recorded_rollout(parts, rows, generations=2)
+    assert len(generated) == 2  # ms-swift sampled the first segment only
+    episodes = {e.id: e for e in read_episodes(tmp_path / "run" / "trajectories.jsonl")}
+    for sample, output in zip(samples, outputs, strict=True):
+        info = output.rollout_infos[INFO_KEY]
+        episode = episodes[info["episode_id"]]
+        assert "no position is left" in episode.metadata["swift_length"], info
+        view = episode.training
+        assert view.num_segments == 1 and view.truncated and view.response_mask[-1] == 1
+        assert info["segments"] is None and episode.metadata["swift"]["segments"] == 1
+        expanded = segment_outputs(output, sample.request_id)
+        assert len(expanded) == 1
+        if not info["trained"]:
+            continue
+        row = deepcopy(sample)
+        row.apply_rollout_output(rollout_output=expanded[0])
+        input_ids, labels = _trained(swift_parts, row)
+        assert input_ids == [*view.prompt_ids, *view.response_ids]
+        assert labels == [-100] * len(view.prompt_ids) + [
+            i if m else -100 for i, m in zip(view.response_ids, view.response_mask, strict=True)]
+
+
 def test_a_forced_first_turn_is_refused_by_the_server_mode_driver(tmp_path, swift_parts, cleanup):  # noqa: F811
     """ms-swift's server-mode driver (``MultiTurnScheduler.run``) drops the first prompt's trailing
     assistant message, so an episode whose first turn is forced (tool_choice) is refused there, at its

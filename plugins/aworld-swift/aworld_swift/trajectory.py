@@ -483,6 +483,9 @@ class Trajectory:
             episode.metadata["swift_length"] = self.length_end
             if episode.training is not None:
                 episode.training = cut_after_last_sampled(episode.training)
+                # a segment the cut dropped was opened, never sampled: ms-swift has no row of it
+                kept = max(1, episode.training.num_segments)
+                del self.segment_messages[kept:], self.segment_prefixes[kept:], self.segment_prompts[kept:]
         reason = untrainable_reason(episode)
         if reason is not None:
             self.mark_untrainable(self.untrainable or describe(episode, reason))
@@ -533,8 +536,12 @@ def _forced_opening(message: dict[str, Any], forced: list[int]) -> bool:
 def cut_after_last_sampled(view: TrainingView) -> TrainingView:
     """``view`` ending with its last sampled token, marked truncated: an episode ended by length before
     its next generation (``Trajectory.end_at_length``), whose sequence on ms-swift ends with the turn
-    it sampled last. Only environment ids (mask 0) are cut, so the trained tokens are the view's."""
+    it sampled last. Only environment ids (mask 0) are cut, so the trained tokens are the view's; so are
+    trailing segments without a sampled token (the episode ended by length as a new segment opened: ms-swift
+    never sampled, nor rendered, that segment), the first segment excepted."""
     segments = view.segments()
+    while len(segments) > 1 and not any(segments[-1].response_mask):
+        segments.pop()
     last = segments[-1]
     keep = max((i + 1 for i, m in enumerate(last.response_mask) if m), default=0)
     segments[-1] = last.model_copy(update={
