@@ -485,12 +485,13 @@ def test_a_clients_max_tokens_is_honoured_and_its_sampling_refused(tmp_path, swi
         assert refused.value.param == key
 
 
-def test_one_call_at_most_keeps_the_first_of_two_sampled_calls(tmp_path, swift_parts, cleanup):  # noqa: F811
+@pytest.mark.parametrize("driver", ["colocate", "server"])
+def test_one_call_at_most_keeps_the_first_of_two_sampled_calls(driver, tmp_path, swift_parts, cleanup):  # noqa: F811
     """``parallel_tool_calls: false`` (the core stops the turn on the call's closing token, a stop token id
     ms-swift's engine does not take per request): a sample holding two calls is cut after the first call's
     closing token, as an engine honouring the stop id would have stopped; the episode sees one call and
-    ms-swift trains exactly the kept ids. The two-call sample is forced (the tiny model rarely writes
-    two): the engine's first generation is replaced by a two-call continuation."""
+    ms-swift trains exactly the kept ids, in both drivers. The two-call sample is forced (the tiny model
+    rarely writes two): the engine's generation is replaced by a two-call continuation."""
     import asyncio
 
     from swift_testkit import write_add_dataset
@@ -515,20 +516,38 @@ def test_one_call_at_most_keeps_the_first_of_two_sampled_calls(tmp_path, swift_p
         "\n" + call.format(4, 5) + "<|im_end|>", add_special_tokens=False)
     engine = swift_parts["engine"]
 
+    def two_calls(response: Any) -> Any:
+        response.choices[0].token_ids = [*first, *second]
+        response.choices[0].logprobs = None
+        return response
+
     class TwoCalls:
         """ms-swift's engine, its every sample replaced by two calls (what a model ignoring the limit writes)."""
 
-        template = engine.template
+        def __getattr__(self, name: str) -> Any:
+            return getattr(engine, name)
 
         def infer(self, batch: list[Any], cfg: Any, **kwargs: Any) -> list[Any]:
-            responses = engine.infer(batch, cfg, **kwargs)
-            for response in responses:
-                response.choices[0].token_ids = [*first, *second]
-                response.choices[0].logprobs = None
-            return responses
+            return [two_calls(response) for response in engine.infer(batch, cfg, **kwargs)]
 
-    parts = {**swift_parts, "engine": TwoCalls()}
-    out_samples, outputs, _ = _recorded_rollout(parts, rows, generations=1)
+        async def infer_async(self, request: Any, cfg: Any, **kwargs: Any) -> Any:
+            return two_calls(await engine.infer_async(request, cfg, **kwargs))
+
+    if driver == "colocate":
+        out_samples, outputs, _ = _recorded_rollout({**swift_parts, "engine": TwoCalls()}, rows, generations=1)
+    else:
+        from swift.infer_engine import RequestConfig
+        from swift.rl_core.data import GRPOSample
+
+        from aworld_swift.scheduler import AworldScheduler
+
+        scheduler = AworldScheduler(infer_engine=TwoCalls(), max_turns=3)
+        sample = GRPOSample.from_row(rows[0])
+        sample.request_id = sample.prompt_id = "server-0"
+        config = RequestConfig(n=1, max_tokens=48, temperature=1.0, return_details=True)
+        out_samples, outputs = [sample], [asyncio.run(scheduler.run(sample.to_infer_request(include_extra=True),
+                                                                    config))]
+        assert not scheduler.trajectories
     episodes = {e.id: e for e in read_episodes(tmp_path / "run" / "trajectories.jsonl")}
     info = outputs[0].rollout_infos[INFO_KEY]
     episode = episodes[info["episode_id"]]
