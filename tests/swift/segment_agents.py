@@ -37,3 +37,18 @@ def one_call_agent(sample: Any, *, base_url: str, api_key: str, model: str) -> s
                                            tools=[ADD_TOOL], parallel_tool_calls=False)
     calls = reply.choices[0].message.tool_calls or []
     return ",".join(call.function.name for call in calls) or None
+
+
+def two_turn_agent(sample: Any, *, base_url: str, api_key: str, model: str) -> str | None:
+    """Like :func:`one_call_agent`, then a second call after its calls' results (a continued turn)."""
+    import openai
+
+    question = next(m["content"] for m in reversed(list(sample.prompt)) if m.get("role") == "user")
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
+    reply = client.chat.completions.create(model=model, messages=messages, tools=[ADD_TOOL], parallel_tool_calls=False)
+    calls = reply.choices[0].message.tool_calls or []
+    messages.append(reply.choices[0].message.model_dump(exclude_none=True))
+    messages += [{"role": "tool", "tool_call_id": call.id, "content": "5"} for call in calls]
+    last = client.chat.completions.create(model=model, messages=messages, tools=[ADD_TOOL], parallel_tool_calls=False)
+    return ",".join(call.function.name for call in calls) + "|" + str(len(last.choices[0].message.tool_calls or []))

@@ -560,6 +560,62 @@ def test_one_call_at_most_keeps_the_first_of_two_sampled_calls(driver, tmp_path,
     assert labels[len(input_ids) - len(first):] == first and all(x == -100 for x in labels[:-len(first)])
 
 
+def test_one_call_at_most_trains_a_call_the_turn_ended_after(tmp_path, swift_parts, cleanup):  # noqa: F811
+    """Under ``parallel_tool_calls: false`` a turn of one call the model ended itself (the closer, then the
+    end-of-turn id) is kept whole: the end id is sampled, so the continued trajectory trains (cut after the
+    closer, the token client would append that id as an environment id, which ms-swift's template labels)."""
+    import asyncio
+
+    from swift_testkit import write_add_dataset
+
+    from aworld_core.config import DatasetSection
+    from aworld_core.datasets import load_dataset_section
+    from aworld_core.worker import OpenAIAgent
+    from aworld_swift.rows import list_openai_agent_tools, swift_row
+
+    agent = "segment_agents:two_turn_agent"
+    data = _smolagents_job(tmp_path)
+    data["agent"]["openai_agent"] = agent
+    job = load_job_config(data=data)
+    (tmp_path / "run").mkdir(parents=True, exist_ok=True)
+    set_runtime(SwiftRuntime(job, tmp_path / "run" / "job.json"))
+    samples = load_dataset_section(DatasetSection(path=str(write_add_dataset(tmp_path / "data.jsonl", [(2, 3)]))))
+    tools, _ = asyncio.run(list_openai_agent_tools(OpenAIAgent.load(agent, str(HERE)), samples[0], timeout=60))
+    rows = [swift_row(sample, tools) for sample in samples]
+    tok = swift_parts["processor"]
+    one = tok.encode('<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>',
+                     add_special_tokens=False)
+    answer = tok.encode("5<|im_end|>", add_special_tokens=False)
+    engine, turns = swift_parts["engine"], []
+
+    class OneCall:
+        """ms-swift's engine sampling one call, then the answer."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(engine, name)
+
+        def infer(self, batch: list[Any], cfg: Any, **kwargs: Any) -> list[Any]:
+            responses = engine.infer(batch, cfg, **kwargs)
+            for response in responses:
+                response.choices[0].token_ids = list(answer if turns else one)
+                response.choices[0].logprobs = None
+                turns.append(1)
+            return responses
+
+    out_samples, outputs, _ = _recorded_rollout({**swift_parts, "engine": OneCall()}, rows, generations=1)
+    episode = {e.id: e for e in read_episodes(tmp_path / "run" / "trajectories.jsonl")}[
+        outputs[0].rollout_infos[INFO_KEY]["episode_id"]]
+    info = outputs[0].rollout_infos[INFO_KEY]
+    assert episode.final_answer == "add|0" and info["trained"], info
+    view = episode.training
+    assert view.num_turns == 2 and view.response_ids[: len(one)] == one and view.response_ids[-len(answer):] == answer
+    assert [m for m, i in zip(view.response_mask, view.response_ids, strict=True) if m] == [1] * (len(one) + len(answer))
+    input_ids, labels = _trained(swift_parts, _applied(out_samples[0], outputs[0]))
+    assert input_ids == [*view.prompt_ids, *view.response_ids]
+    assert labels == [-100] * len(view.prompt_ids) + [
+        i if m else -100 for i, m in zip(view.response_ids, view.response_mask, strict=True)]
+
+
 def _applied(sample: Any, output: Any) -> Any:
     sample.apply_rollout_output(rollout_output=output)
     return sample

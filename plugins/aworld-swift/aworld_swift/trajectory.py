@@ -378,7 +378,13 @@ class Trajectory:
         stop_ids = set(sampling.extra.get(STOP_TOKEN_IDS) or [])
         at = next((k for k, token in enumerate(sampled[:keep]) if token in stop_ids), None)
         if at is not None:
-            keep, reason = at + 1, "stop"
+            # a call's closer sampled right before the turn's end (one call, the turn over): kept whole, the
+            # end id too (sampled; the token client would append it after the closer anyway, mask 0, and
+            # ms-swift's template would then label it unsampled: the trajectory could not train)
+            ends = set(self.runtime.llm.renderer.stop_ids)
+            if not (keep == at + 2 and sampled[at] not in ends and sampled[at + 1] in ends):
+                keep = at + 1
+            reason = "stop"
         stops = [s for s in sampling.stop or [] if s]
         if stops:
             decode = self.runtime.llm.renderer.decode
