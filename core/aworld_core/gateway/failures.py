@@ -220,25 +220,24 @@ def finished_session(llm: Any, session_id: str, view: TrainingView | None) -> Fi
     """``view`` (what ``llm.finish_session(session_id)`` returned) with the calls the gateways over
     ``llm`` failed in that session, forgetting them: what a collector of the session's view hands
     to :func:`settle_episode`."""
-    failures: list[CallFailure] = []
-    more = 0
-    for record in _records_over(llm):
-        found, counted = record.pop(session_id)
-        failures += found
-        more += counted
-    return FinishedSession(view, failures, more)
+    return FinishedSession(view, *_pop_all(llm, lambda record: record.pop(session_id)))
 
 
 def episode_failures(llm: Any, episode_id: str) -> FinishedSession:
     """The failures still recorded for any session of ``episode_id`` (``id``, ``id:k``), forgetting
     them (no view): for a collector that did not finish the sessions itself (a rollout plugin's)."""
+    return FinishedSession(None, *_pop_all(llm, lambda record: record.pop_episode(episode_id)))
+
+
+def _pop_all(llm: Any, take: Any) -> tuple[list[CallFailure], int]:
+    """``take(record)`` (a ``(failures, uncounted)`` pop) over every record of the gateways over ``llm``."""
     failures: list[CallFailure] = []
     more = 0
     for record in _records_over(llm):
-        found, counted = record.pop_episode(episode_id)
+        found, counted = take(record)
         failures += found
         more += counted
-    return FinishedSession(None, failures, more)
+    return failures, more
 
 
 def settle_episode(episode: Episode, sessions: Iterable[FinishedSession]) -> str | None:
