@@ -171,7 +171,7 @@ def test_the_demo_job_trains_on_areals_trainer_on_a_cpu(demo_model, server, run_
         assert versions == sorted(versions) and episode.status.value == "success"
 
     # the weights vLLM sampled with after each update are the trained policy of that version
-    worst_own, checked = 0.0, 0
+    worst_own, checked, moved = 0.0, 0, {}
     by_version: dict[int, list[Any]] = {}
     for episode in trained:
         for v in set(sampled_versions(episode)):
@@ -186,10 +186,15 @@ def test_the_demo_job_trains_on_areals_trainer_on_a_cpu(demo_model, server, run_
             pairs = [(lp, a, b) for lp, a, b, v, m in zip(view.response_logprobs, mine, before, view.response_versions,
                                                           view.response_mask, strict=True) if m and v == version]
             worst_own = max(worst_own, max(abs(lp - a) for lp, a, _ in pairs))
-            assert max(abs(lp - b) for lp, _, b in pairs) > LOGPROB_TOLERANCE  # the update changed the weights
+            moved[version] = max(moved.get(version, 0.0), max(abs(lp - b) for lp, _, b in pairs))
             checked += 1
-    print(f"{checked} episodes over {len(by_version)} versions: max |vLLM - HF(own version)| {worst_own:.2e}")
+    print(f"{checked} episodes over {len(by_version)} versions: max |vLLM - HF(own version)| {worst_own:.2e}; "
+          f"max |vLLM - HF(previous version)| per version {({v: f'{d:.1e}' for v, d in moved.items()})}")
     assert checked >= 2 and worst_own < LOGPROB_TOLERANCE
+    # the check has teeth: updates moved the sampled tokens' logprobs past the tolerance (a step can leave
+    # them in place -- every group of equal reward has zero advantage, or the tokens sit at probability ~1,
+    # as CI once saw: 1.3e-5 -- so this counts versions rather than demanding it of each)
+    assert sum(d > LOGPROB_TOLERANCE for d in moved.values()) >= 2, moved
 
     # whole groups through the real trainer: GROUP consecutive rows per prompt, a failed member a
     # fully masked row with the neutral reward (the mean of the members that trained)
