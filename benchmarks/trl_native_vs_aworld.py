@@ -17,7 +17,9 @@ TRL gets a sync tool that sleeps (``time.sleep``, side ``trl``) and an async one
 asyncio.sleep``, side ``trl-async``, TRL's ``async def`` tool support). TRL 1.16's
 ``_tool_call_loop`` calls a sync tool in a Python loop over the batch's completions, and gathers
 async tools only within one completion before blocking on the result, so both run the batch's
-calls one completion after another; our episodes run concurrently over MCP.
+calls one completion after another; our episodes run concurrently over MCP. Side ``aworld-async``
+is ours with asynchronous GRPO (``aworld.async_rollout``, staleness ``--async-staleness``): the next
+step's episodes, tool waits included, run while a step trains.
 
 Every ``--eval-every`` steps the live policy's weights are copied (milliseconds, excluded from
 training time); after training every copy is measured by one function: greedy, the full tool
@@ -56,6 +58,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 REPO = Path(__file__).resolve().parent.parent
 DEMO_MODEL = REPO / "runs" / "cpu-grpo-demo" / "model"
 TARGET = 0.8
+OUR_SIDES = ("aworld", "aworld-async")  # ours: synchronous (the default) and asynchronous GRPO
 
 
 def calc(expr: str) -> str:
@@ -445,22 +448,23 @@ def table(results: dict[str, dict[str, Run]], opts: argparse.Namespace) -> None:
         print("  * capped at --max-side-s: trained fewer steps; 'proj.' = s/step x the step the same side reached "
               f"{TARGET} at the lowest latency")
     print(f"\ntime to held-out {TARGET} (training seconds) and episodes/s, side by side:")
+    ours = [s for s in OUR_SIDES if any(s in runs for runs in results.values())]
     others = [s for s in ("trl", "trl-async") if any(s in runs for runs in results.values())]
-    head = f"{'tool latency':14s} {'aworld':>18s} " + " ".join(f"{s:>18s}" for s in others)
-    head += " " + " ".join(f"{'aworld/' + s:>16s}" for s in others) + f" {'ep/s aworld':>11s} " + \
-        " ".join(f"{'ep/s ' + s:>13s}" for s in others) + f" {'final acc':>18s}"
+    pairs = [(mine, theirs) for mine in ours for theirs in others]
+    head = f"{'tool latency':14s} " + " ".join(f"{s:>18s}" for s in [*ours, *others])
+    head += " " + " ".join(f"{m + '/' + t:>22s}" for m, t in pairs) + " " + \
+        " ".join(f"{'ep/s ' + s:>17s}" for s in [*ours, *others]) + f" {'final acc':>18s}"
     print(head)
     for label, runs in results.items():
-        ours = runs.get("aworld")
-        if ours is None:
+        if not any(s in runs for s in ours):
             continue
-        cols = [f"{ours.to_target():>18s}"] + [f"{runs[s].to_target() if s in runs else '-':>18s}" for s in others]
+        cols = [f"{runs[s].to_target() if s in runs else '-':>18s}" for s in [*ours, *others]]
         ratios = []
-        for s in others:
-            mine, theirs = ours.target_s(), runs[s].target_s() if s in runs else None
-            ratios.append(f"{mine / theirs:16.2f}" if mine and theirs else f"{'-':>16s}")
-        eps = [f"{ours.eps:11.1f}"] + [f"{runs[s].eps if s in runs else float('nan'):13.1f}" for s in others]
-        finals = "/".join(f"{runs[s].final:.2f}" for s in ["aworld", *others] if s in runs)
+        for m, t in pairs:
+            mine, theirs = (runs[m].target_s() if m in runs else None), (runs[t].target_s() if t in runs else None)
+            ratios.append(f"{mine / theirs:22.2f}" if mine and theirs else f"{'-':>22s}")
+        eps = [f"{runs[s].eps if s in runs else float('nan'):17.1f}" for s in [*ours, *others]]
+        finals = "/".join(f"{runs[s].final:.2f}" for s in [*ours, *others] if s in runs)
         print(f"{label:14s} {' '.join(cols)} {' '.join(ratios)} {' '.join(eps)} {finals:>18s}")
     print(f"target at 300 ms: aworld reaches {TARGET} in <= 0.2 x TRL-native's time at the same accuracy")
 
@@ -468,6 +472,9 @@ def table(results: dict[str, dict[str, Run]], opts: argparse.Namespace) -> None:
 def run_side(side: str, job: Any, model_dir: Path, loop: Any, opts: argparse.Namespace, latency: Any) -> Any:
     if side == "aworld":
         return run_aworld(job, model_dir, opts.eval_every, loop, max_s=opts.max_side_s)
+    if side == "aworld-async":  # our opt-in asynchronous GRPO (aworld.async_rollout, docs/backend-trl.md)
+        return run_aworld(job, model_dir, opts.eval_every, loop, name=side, max_s=opts.max_side_s,
+                          async_rollout={"max_staleness": opts.async_staleness, "weight_cap": 2.0})
     kind = "async" if side == "trl-async" else "sync"
     return run_trl_native(job, model_dir, opts.eval_every, opts, name=side, max_s=opts.max_side_s,
                           tool=trl_tool(latency, kind))
@@ -481,7 +488,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latencies", default="0,50,300,1000",
                         help="tool latencies, comma-separated: N = fixed N ms, gaiaN = log-normal with median N ms")
     parser.add_argument("--sides", default="aworld,trl",
-                        help="at every latency: aworld, trl (sync tool), trl-async (async tool)")
+                        help="at every latency: aworld, aworld-async (aworld.async_rollout), trl (sync tool), "
+                             "trl-async (async tool)")
+    parser.add_argument("--async-staleness", type=int, default=1,
+                        help="max_staleness of the aworld-async side")
     parser.add_argument("--trl-async-at", default="300",
                         help="latencies (as in --latencies) at which TRL also runs with an async tool; '' for none")
     parser.add_argument("--steps", type=int, default=100, help="GRPO steps per run (the demo's 100)")
@@ -503,12 +513,14 @@ def main(argv: list[str] | None = None) -> int:
         opts.eval_every, opts.eval_n = 1, 4
         if opts.latencies == parser.get_default("latencies"):
             opts.latencies, opts.trl_async_at = "gaia20", "gaia20"
+        if opts.sides == parser.get_default("sides"):
+            opts.sides = "aworld,aworld-async,trl"
     latencies = [parse_latency(x) for x in opts.latencies.split(",") if x.strip()]
     async_at = {parse_latency(x) for x in opts.trl_async_at.split(",") if x.strip()}
     sides = [s.strip() for s in opts.sides.split(",") if s.strip()]
-    unknown = set(sides) - {"aworld", "trl", "trl-async"}
+    unknown = set(sides) - {*OUR_SIDES, "trl", "trl-async"}
     if unknown:
-        parser.error(f"--sides: unknown {sorted(unknown)}; choose from aworld, trl, trl-async")
+        parser.error(f"--sides: unknown {sorted(unknown)}; choose from aworld, aworld-async, trl, trl-async")
 
     import warnings
 
@@ -537,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
                 if (ms, kind) in async_at and "trl-async" not in order:
                     order.append("trl-async")
                 if opts.first == "trl":
-                    order.sort(key=lambda s: s == "aworld")
+                    order.sort(key=lambda s: s in OUR_SIDES)
                 for side in order:
                     first = os.getloadavg()[0]
                     print(f"{label}, {side}: training (load average {first:.1f})", flush=True)
