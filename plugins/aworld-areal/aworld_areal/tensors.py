@@ -110,11 +110,6 @@ def group_tensors(group: Any, pad_id: int) -> dict[str, Any] | None:
     return concat_padded_tensors(rows)
 
 
-def group_layers(rows: dict[str, Any], group_size: int) -> int:
-    """How many layers of ``group_size`` rows a group's tensors hold (1 without segments)."""
-    return int(rows["input_ids"].shape[0]) // group_size
-
-
 def discounted(reward: float, num_turns: int, turn_discount: float) -> float:
     """``reward * turn_discount ** (num_turns - 1)``: fewer turns to the same answer score higher.
 

@@ -614,8 +614,3 @@ def async_trainer_class() -> type:
 
 
 _async_cls: type | None = None
-
-
-def staleness_summary(counts: dict[int, int]) -> str:
-    total = sum(counts.values()) or 1
-    return ", ".join(f"{k}: {v / total:.2f}" for k, v in sorted(counts.items()))

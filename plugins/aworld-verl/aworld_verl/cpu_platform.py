@@ -24,7 +24,6 @@ Choices, each from what verl does with the answer:
 
 from __future__ import annotations
 
-import os
 import types
 from contextlib import contextmanager
 from typing import Any
@@ -32,7 +31,6 @@ from typing import Any
 import torch
 
 PLATFORM_NAME = "cpu"
-PLATFORM_ENV = "VERL_PLATFORM"
 
 
 class _CpuDeviceModule(types.ModuleType):
@@ -208,9 +206,3 @@ def register_cpu_platform() -> type:
 
         _registered = PlatformRegistry.register(platform=PLATFORM_NAME)(_platform_class())
     return _registered
-
-
-def cpu_selected(environ: dict[str, str] | None = None) -> bool:
-    """``VERL_PLATFORM=cpu`` in ``environ`` (default ``os.environ``)."""
-    env = os.environ if environ is None else environ
-    return env.get(PLATFORM_ENV, "").strip().lower() == PLATFORM_NAME
