@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -445,13 +446,7 @@ class Trajectory:
             pending.future.set_exception(LLMError(reason))
         elif self.task is not None:
             self.task.cancel()
-        while True:
-            event = await self.bridge.events.get()
-            if isinstance(event, EpisodeDone):
-                self._ended(event)
-                return
-            if not event.future.done():
-                event.future.set_exception(LLMError(reason))
+        await self._answer_until_done(lambda future: future.set_exception(LLMError(reason)))
 
     async def end_at_length(self, why: str) -> None:
         """End the episode as a length stop: its next generation's prompt would not fit ms-swift's
@@ -468,13 +463,19 @@ class Trajectory:
         pending, self.pending = self.pending, None
         if pending is not None and not pending.future.done():
             pending.future.set_result(TokenOutput([], None, LENGTH))
+        await self._answer_until_done(lambda future: future.set_result(TokenOutput([], None, LENGTH)))
+
+    async def _answer_until_done(self, answer: Callable[[asyncio.Future[Any]], None]) -> None:
+        """Answer every generation the agent still asks with ``answer(future)``, until its episode
+        ends (the bridge's ``EpisodeDone``), which is then settled."""
+        assert self.bridge is not None
         while True:
             event = await self.bridge.events.get()
             if isinstance(event, EpisodeDone):
                 self._ended(event)
                 return
             if not event.future.done():
-                event.future.set_result(TokenOutput([], None, LENGTH))
+                answer(event.future)
 
     async def conclude(self) -> dict[str, Any]:
         """Settle the finished (and scored) episode: what trains, its record, ``on_episode_end``
