@@ -464,7 +464,7 @@ def table(results: dict[str, dict[str, Run]], opts: argparse.Namespace) -> None:
             mine, theirs = (runs[m].target_s() if m in runs else None), (runs[t].target_s() if t in runs else None)
             ratios.append(f"{mine / theirs:22.2f}" if mine and theirs else f"{'-':>22s}")
         eps = [f"{runs[s].eps if s in runs else float('nan'):17.1f}" for s in [*ours, *others]]
-        finals = "/".join(f"{runs[s].final:.2f}" for s in [*ours, *others] if s in runs)
+        finals = "/".join(f"{runs[s].final:.2f}" if s in runs else "-" for s in [*ours, *others])
         print(f"{label:14s} {' '.join(cols)} {' '.join(ratios)} {' '.join(eps)} {finals:>18s}")
     print(f"target at 300 ms: aworld reaches {TARGET} in <= 0.2 x TRL-native's time at the same accuracy")
 
