@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -401,10 +402,37 @@ def scratch_root() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_PORTS_BELOW = 12000  # how many ports below the ephemeral range free_port draws from
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for a server that binds it later (a vLLM server, a process
+    group's rendezvous). Drawn below the kernel's ephemeral range (``ip_local_port_range``,
+    32768-60999 by default): a port the kernel hands out for ``bind(0)`` comes from that range, so
+    any outgoing connection opened before the server starts (tens of seconds for vLLM) can take it
+    as its source port and the server fails with "address already in use". Falls back to the
+    kernel's choice when no drawn port binds."""
+    low = _ephemeral_low()
+    draw = random.SystemRandom()
+    for _ in range(64):
+        port = draw.randrange(max(1024, low - _PORTS_BELOW), low)
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text(encoding="ascii").split()[0])
+    except (OSError, ValueError, IndexError):  # not Linux, or no /proc: the kernels' usual start
+        return 32768
 
 
 def _tied(weights_dir: Path) -> bool:

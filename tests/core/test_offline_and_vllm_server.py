@@ -12,6 +12,7 @@ from aworld_core.vllm_server import (
     VllmServer,
     VllmServerSpec,
     VllmWeightSync,
+    free_port,
     tied_head_checkpoint,
     write_safetensors,
 )
@@ -87,3 +88,23 @@ def test_tied_checkpoint_gets_its_own_head(tmp_path):
     # a checkpoint that has its head needs nothing
     write_safetensors({"model.embed_tokens.weight": embed}, tmp_path / "b" / "model.safetensors", tied_embeddings=True)
     assert tied_head_checkpoint([tmp_path / "b" / "model.safetensors"]) is None
+
+
+def test_free_port_is_below_the_ephemeral_range_and_bindable(tmp_path, monkeypatch):
+    """A port the kernel hands out for bind(0) can be taken as an outgoing connection's source port
+    before the server binds it; free_port draws below ip_local_port_range instead."""
+    import socket
+
+    from aworld_core import vllm_server
+
+    low = vllm_server._ephemeral_low()
+    for _ in range(20):
+        port = free_port()
+        assert max(1024, low - vllm_server._PORTS_BELOW) <= port < low
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))  # free: nothing listens there
+
+    # a system without /proc's range: the usual start, 32768
+    monkeypatch.setattr(vllm_server, "_EPHEMERAL_RANGE", tmp_path / "absent")
+    assert vllm_server._ephemeral_low() == 32768
+    assert free_port() < 32768

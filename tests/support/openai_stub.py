@@ -23,20 +23,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aworld_core.vllm_server import free_port  # the tests' free port is the core's: below the ephemeral range
+
 __all__ = ["OpenAIStub", "SessionRecordingLLM", "StubReply", "free_port", "reply", "tool_call"]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from dist_rewards import DOWN, HALF, IDS, SPLIT, call, runtime
 
 from aworld_core.errors import AworldError
+from aworld_core.vllm_server import free_port
 from aworld_core.worker import GroupPolicy
 from aworld_swift.rewards import episode_record, gather_parts, judge_parts
 from aworld_swift.runtime import set_runtime
@@ -77,15 +77,9 @@ def test_one_process_gathers_nothing_and_judges_the_batch_as_before(tmp_path, cl
         call(["aworld"], [dict(e, episode_id=f"again-{e['episode_id']}") for e in DOWN[0] + DOWN[1]])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_two_processes_judge_a_split_group_together(tmp_path):
     """Two real ``torch.distributed`` processes (gloo), each with its half of every batch."""
-    port = _free_port()
+    port = free_port()
     outs = [tmp_path / f"rank{rank}.json" for rank in (0, 1)]
     env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))

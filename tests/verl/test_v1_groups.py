@@ -13,7 +13,6 @@ Only the rollout server is a stand-in (``StubServer``: scripted replies as token
 from __future__ import annotations
 
 import math
-import socket
 from typing import Any
 
 import pytest
@@ -22,6 +21,8 @@ pytest.importorskip("verl.experimental.agent_loop")
 pytest.importorskip("transfer_queue")
 
 from verl_testkit import verl_row  # after the skips: it imports verl
+
+from aworld_core.vllm_server import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -121,19 +122,13 @@ async def test_drop_group_masks_every_member(make_v1, verl_tokenizer, close_stat
     assert m["aworld/untrained/group_dropped"] == 2 and m["aworld/untrained/failed"] == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_all_failed_steps_stop_after_max_failed_steps_with_the_first_error(make_v1, verl_tokenizer,
                                                                                    monkeypatch, close_states):
     from verl_testkit import MCP_URL_ENV, StubServer
 
     from aworld_core.errors import AworldError
 
-    monkeypatch.setenv(MCP_URL_ENV, f"http://127.0.0.1:{_free_port()}/mcp")  # the tool server is down
+    monkeypatch.setenv(MCP_URL_ENV, f"http://127.0.0.1:{free_port()}/mcp")  # the tool server is down
     entry = {**REWARDED, "name": "aworld_mcp", "agent": "verl_testkit:down_mcp_agent"}
     server = StubServer(verl_tokenizer, script=["5"])
     v1 = make_v1([entry], server, ["actor_rollout_ref.rollout.n=2",

@@ -475,9 +475,9 @@ class McpServerProcess:
 
     def start(self) -> McpServerProcess:
         if not self.port:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                self.port = sock.getsockname()[1]
+            from aworld_core.vllm_server import free_port
+
+            self.port = free_port()
         cmd = server_command("--http", "--port", str(self.port), "--name", self.name)
         cmd += ["--transport", self.transport]
         if self.token is not None:
