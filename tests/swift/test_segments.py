@@ -494,22 +494,7 @@ def test_one_call_at_most_keeps_the_first_of_two_sampled_calls(driver, tmp_path,
     rarely writes two): the engine's generation is replaced by a two-call continuation."""
     import asyncio
 
-    from swift_testkit import write_add_dataset
-
-    from aworld_core.config import DatasetSection
-    from aworld_core.datasets import load_dataset_section
-    from aworld_core.worker import OpenAIAgent
-    from aworld_swift.rows import list_openai_agent_tools, swift_row
-
-    agent = "segment_agents:one_call_agent"
-    data = _smolagents_job(tmp_path)
-    data["agent"]["openai_agent"] = agent
-    job = load_job_config(data=data)
-    (tmp_path / "run").mkdir(parents=True, exist_ok=True)
-    set_runtime(SwiftRuntime(job, tmp_path / "run" / "job.json"))
-    samples = load_dataset_section(DatasetSection(path=str(write_add_dataset(tmp_path / "data.jsonl", [(2, 3)]))))
-    tools, _ = asyncio.run(list_openai_agent_tools(OpenAIAgent.load(agent, str(HERE)), samples[0], timeout=60))
-    rows = [swift_row(sample, tools) for sample in samples]
+    rows = _openai_agent_rows(tmp_path, "segment_agents:one_call_agent")
     tok = swift_parts["processor"]
     call = '<tool_call>\n{{"name": "add", "arguments": {{"a": {}, "b": {}}}}}\n</tool_call>'
     first, second = tok.encode(call.format(2, 3), add_special_tokens=False), tok.encode(
@@ -564,24 +549,8 @@ def test_one_call_at_most_trains_a_call_the_turn_ended_after(tmp_path, swift_par
     """Under ``parallel_tool_calls: false`` a turn of one call the model ended itself (the closer, then the
     end-of-turn id) is kept whole: the end id is sampled, so the continued trajectory trains (cut after the
     closer, the token client would append that id as an environment id, which ms-swift's template labels)."""
-    import asyncio
 
-    from swift_testkit import write_add_dataset
-
-    from aworld_core.config import DatasetSection
-    from aworld_core.datasets import load_dataset_section
-    from aworld_core.worker import OpenAIAgent
-    from aworld_swift.rows import list_openai_agent_tools, swift_row
-
-    agent = "segment_agents:two_turn_agent"
-    data = _smolagents_job(tmp_path)
-    data["agent"]["openai_agent"] = agent
-    job = load_job_config(data=data)
-    (tmp_path / "run").mkdir(parents=True, exist_ok=True)
-    set_runtime(SwiftRuntime(job, tmp_path / "run" / "job.json"))
-    samples = load_dataset_section(DatasetSection(path=str(write_add_dataset(tmp_path / "data.jsonl", [(2, 3)]))))
-    tools, _ = asyncio.run(list_openai_agent_tools(OpenAIAgent.load(agent, str(HERE)), samples[0], timeout=60))
-    rows = [swift_row(sample, tools) for sample in samples]
+    rows = _openai_agent_rows(tmp_path, "segment_agents:two_turn_agent")
     tok = swift_parts["processor"]
     one = tok.encode('<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>',
                      add_special_tokens=False)
@@ -735,3 +704,25 @@ def test_dry_run_accepts_an_openai_api_agent(tmp_path, capsys):
     path.write_text(yaml.safe_dump(job))
     code, text = _dry_run(path)
     assert code == 0, text + capsys.readouterr().err
+
+
+def _openai_agent_rows(tmp_path: Any, agent: str) -> list[Any]:
+    """The smolagents job with ``agent`` as its OpenAI-API agent, its runtime set, and ms-swift's rows
+    for one problem (2 + 3) with the agent's tools."""
+    import asyncio
+
+    from swift_testkit import write_add_dataset
+
+    from aworld_core.config import DatasetSection
+    from aworld_core.datasets import load_dataset_section
+    from aworld_core.worker import OpenAIAgent
+    from aworld_swift.rows import list_openai_agent_tools, swift_row
+
+    data = _smolagents_job(tmp_path)
+    data["agent"]["openai_agent"] = agent
+    job = load_job_config(data=data)
+    (tmp_path / "run").mkdir(parents=True, exist_ok=True)
+    set_runtime(SwiftRuntime(job, tmp_path / "run" / "job.json"))
+    samples = load_dataset_section(DatasetSection(path=str(write_add_dataset(tmp_path / "data.jsonl", [(2, 3)]))))
+    tools, _ = asyncio.run(list_openai_agent_tools(OpenAIAgent.load(agent, str(HERE)), samples[0], timeout=60))
+    return [swift_row(sample, tools) for sample in samples]
