@@ -1,4 +1,4 @@
-"""The verl end-to-end test's model: the CPU demo's tokenizer, Qwen2 and warm start, with the recipe
+"""The verl end-to-end test's model: the CPU demo's tokenizer, 0.83 M Qwen2 and warm start, with the recipe
 pinned in ``cpu_e2e_reference.json`` (``warm_start``), built once per recipe and demo code.
 
 The warm start is the longest single step of the verl suite (800 steps of batch 64: about 3 min on

@@ -84,9 +84,9 @@ def _servers_of(model: Path) -> list[int]:
 
 @pytest.fixture(scope="module")
 def demo_model() -> Path:
-    """The demo's model: its tokenizer, its 0.83 M-parameter Qwen2 and its warm start, with the
-    recipe pinned in the reference (``warm_start``), so the reference holds whatever the demo's own
-    defaults become. Built once per recipe and demo code under ``build/test-models`` (``e2e_model``;
+    """The demo's tokenizer and warm start on the 0.83 M-parameter Qwen2 (``new_model``'s default
+    shape; ``make demo`` builds a narrower one since 2026-11-27), with the recipe pinned in the
+    reference (``warm_start``), so the reference holds whatever the demo's own defaults become. Built once per recipe and demo code under ``build/test-models`` (``e2e_model``;
     ``make test`` builds it in the background while the core suite runs)."""
     if not VLLM_PYTHON.exists():
         pytest.skip(f"no vLLM environment at {VLLM_PYTHON.parent.parent} (make test builds it)")
