@@ -143,7 +143,7 @@ def build_model(path: str, *, seed: int = 0, warm_start_steps: int = 800, batch_
                 shape: dict[str, Any] | None = None) -> Path:
     """Create tokenizer + model at ``path`` and warm-start it; returns the directory.
 
-    ``shape``: the model's sizes (default ``DEMO_SHAPE``; ``MODEL_SHAPE`` builds the 0.83 M model
+    ``shape``: sizes over ``DEMO_SHAPE`` (``MODEL_SHAPE`` builds the 0.83 M model
     the demo shipped before 2026-11-27, on which the older figures in docs/performance.md were taken).
 
     ``threads``: torch intra-op threads for the warm start; ``"auto"`` (default) times its first
@@ -166,7 +166,7 @@ def build_model(path: str, *, seed: int = 0, warm_start_steps: int = 800, batch_
     print(f"building the demo model in {target} (tokenizer, tiny Qwen2, warm start; once per run directory)",
           flush=True)
     tokenizer = train_tokenizer(seed)
-    model = new_model(tokenizer, seed, **(DEMO_SHAPE if shape is None else shape))
+    model = new_model(tokenizer, seed, **{**DEMO_SHAPE, **(shape or {})})
     params = sum(p.numel() for p in model.parameters())
     print(f"  tokenizer: {len(tokenizer)} tokens; model: {params / 1e6:.2f} M parameters", flush=True)
     stats = warm_start(model, tokenizer, steps=warm_start_steps, batch_size=batch_size, seed=seed,
