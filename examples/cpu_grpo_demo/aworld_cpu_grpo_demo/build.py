@@ -37,7 +37,7 @@ MODEL_SHAPE: dict[str, Any] = {
 }
 # make demo's model (0.22 M parameters): half as wide, the same depth and 32-wide heads (vLLM's CPU
 # attention kernels take 32 and up). Its warm-start step took 0.13 s against the 0.83 M shape's
-# 0.33 s on 2 idle cores, and after GRPO it answered 100 of 100 held-out problems where the wider
+# 0.33 s on 2 idle cores, and after GRPO it answered 99-100 of 100 held-out problems where the wider
 # one answered 90 (docs/performance.md, "make demo")
 DEMO_SHAPE: dict[str, Any] = {
     **MODEL_SHAPE,
