@@ -62,9 +62,13 @@ async def test_a_pre_provisioned_refresh_token_is_redeemed_and_refreshed_on_expi
                        token_endpoint_auth_method="client_secret_post", refresh_token={"env": "OAUTH_REFRESH"})  # fmt: skip
         caplog.set_level(logging.DEBUG)
         assert await call_add(config) == "42"
+        # On a loaded machine the 1 s token can expire during the first episode too, and the client
+        # then refreshes once more there: count what the sleep caused, not an exact total.
+        redeemed = len(server.provider.grants)
         await asyncio.sleep(1.5)  # the access token (1 s) expired: the next episode refreshes it
         assert await call_add(config) == "42"
-    assert server.provider.grants == ["refresh_token", "refresh_token"]
+    assert redeemed >= 1 and len(server.provider.grants) > redeemed
+    assert set(server.provider.grants) == {"refresh_token"}
     issued = list(server.provider.access)
     assert mask(token) == "***" and all(mask(t) == "***" for t in issued)
     assert token not in caplog.text and not any(t in caplog.text for t in issued)
