@@ -90,33 +90,36 @@ SECRETS = {
 }
 
 
-def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
-    """The ``swift rlhf`` arguments: our defaults, then ``backends.swift`` (which wins)."""
-    out = output_dir.resolve()
-    defaults: dict[str, Any] = {
-        "rlhf_type": "grpo",
+def base_args(job: Any, out: Path, dataset: str, val_dataset: str | None, **middle: Any) -> dict[str, Any]:
+    """The defaults ``swift rlhf`` and ``swift sft`` share (``middle`` goes after the datasets)."""
+    return {
         "model": job.resolve_path(job.model.path) if job.model is not None else None,
         "check_model": False,  # ms-swift would contact the ModelScope hub at every start
         "fp16": False,  # ms-swift turns fp16 on even for a float32 model on the CPU
-        "dataset": str(out / TRAIN_FILE),
-        "val_dataset": str(out / TEST_FILE) if job.test_dataset is not None else None,
-        "external_plugins": [str(PLUGIN_FILE)],
-        "multi_turn_scheduler": "aworld",
-        "max_turns": job.rollout.max_turns,
-        "reward_funcs": ["aworld"],
-        "callbacks": ["aworld"],
-        "output_dir": str(out / SWIFT_OUTPUT),
-        "add_version": False,
-        "seed": job.seed,
-        "report_to": list(job.logging.report_to) or ["none"],
+        "dataset": dataset, "val_dataset": val_dataset, **middle,
+        "output_dir": str(out / SWIFT_OUTPUT), "add_version": False,
+        "seed": job.seed, "report_to": list(job.logging.report_to) or ["none"],
     }
-    user = job.backend_section(BACKEND)
-    user.pop(OPTIONS_KEY, None)
-    user.pop(ROLLOUT_KEY, None)
+
+
+def user_args(job: Any) -> dict[str, Any]:
+    """``backends.swift`` without our own sections (``aworld``, ``rollout``): ms-swift's arguments."""
+    return {k: v for k, v in job.backend_section(BACKEND).items() if k not in (OPTIONS_KEY, ROLLOUT_KEY)}
+
+
+def swift_args(job: Any, output_dir: Path) -> dict[str, Any]:
+    """The ``swift rlhf`` arguments: our defaults, then ``backends.swift`` (which wins)."""
+    out = output_dir.resolve()
+    defaults: dict[str, Any] = {"rlhf_type": "grpo", **base_args(
+        job, out, str(out / TRAIN_FILE), str(out / TEST_FILE) if job.test_dataset is not None else None,
+        external_plugins=[str(PLUGIN_FILE)], multi_turn_scheduler="aworld", max_turns=job.rollout.max_turns,
+        reward_funcs=["aworld"], callbacks=["aworld"],
+    )}
+    user = user_args(job)
     # the job's rollout.sampling: ms-swift's trainer builds its request_config from these arguments
     # (sent to the rollout server in server mode), so its engine samples every turn with them
     defaults.update(job.rollout.sampling.native(SAMPLING_KEYS, user, prefix="backends.swift.", backend="swift"))
-    args = _merge(defaults, user, "backends.swift")
+    args = merge_args(defaults, user, "backends.swift")
     _check_compaction(job, args)
     _check_template_backend(args.get("template_backend"), "backends.swift.template_backend")
     if args.get("vllm_mode") == "server":
@@ -180,7 +183,7 @@ def rollout_args(job: Any, args: dict[str, Any]) -> dict[str, Any]:
         "host": LOCAL_HOST,  # reachable from this machine only: ms-swift's trainer cannot send a key
         "port": args["vllm_server_port"][0],
     })
-    merged = _merge(defaults, _rollout_section(job), f"backends.swift.{ROLLOUT_KEY}")
+    merged = merge_args(defaults, _rollout_section(job), f"backends.swift.{ROLLOUT_KEY}")
     _check_template_backend(merged.get("template_backend"), f"backends.swift.{ROLLOUT_KEY}.template_backend")
     return {key: value for key, value in merged.items() if value is not None}
 
@@ -232,7 +235,7 @@ def _server_port(job: Any, args: dict[str, Any]) -> int:
     return int(server if server is not None else trainer if trainer is not None else DEFAULT_PORT)
 
 
-def _merge(defaults: dict[str, Any], user: dict[str, Any], where: str) -> dict[str, Any]:
+def merge_args(defaults: dict[str, Any], user: dict[str, Any], where: str) -> dict[str, Any]:
     args = dict(defaults)
     for key, value in user.items():
         if not isinstance(key, str) or not key or key.startswith("-"):
@@ -258,18 +261,14 @@ def command_line(args: dict[str, Any], subcommand: str = "rlhf") -> list[str]:
 def _values(key: str, value: Any) -> list[str]:
     if value is False and key.endswith("_strategy"):
         return ["no"]  # YAML reads `save_strategy: no` as false; the trainer's strategies spell it 'no'
-    if isinstance(value, bool):
-        return ["true" if value else "false"]
     if isinstance(value, (list, tuple)):
         if not value:
             raise ConfigError(f"backends.swift.{key} is an empty list; remove it or give values")
-        return [_scalar(key, v) for v in value]
-    if isinstance(value, dict):
-        return [json.dumps(value, ensure_ascii=False)]
-    return [_scalar(key, value)]
+        return [_scalar(v) for v in value]
+    return [_scalar(value)]
 
 
-def _scalar(key: str, value: Any) -> str:
+def _scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (dict, list)):
@@ -293,13 +292,7 @@ def build_plan(job: Any, output_dir: Path) -> LaunchPlan:
     out = output_dir.resolve()
     args = swift_args(job, out)
     notes = [f"the job lacks {item}: set it before launching" for item in missing_for_launch(job)]
-    model_dir = Path(str(args.get("model", "")))
-    if model_dir.is_dir() and not {"model_type", "template"} <= set(args):
-        notes.append(
-            "ms-swift needs backends.swift.model_type and backends.swift.template for a local model directory "
-            f"(e.g. model_type: qwen2, template: qwen2_5 for a Qwen2 model); the config's model_type is "
-            f"{_config_model_type(model_dir)!r}"
-        )
+    notes += model_dir_notes(args)
     env = {JOB_ENV: str(out / JOB_FILE), "TRL_EXPERIMENTAL_SILENCE": "1"}
     if job.base_dir:  # ms-swift's processes import the job's module:function references
         parts = [job.base_dir, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
@@ -369,11 +362,24 @@ def server_line(command: list[str], env: dict[str, str]) -> str:
     return shlex.join(["env", *(f"{key}={value}" for key, value in env.items()), *command])
 
 
-def _config_model_type(model_dir: Path) -> str | None:
+def model_dir_notes(args: dict[str, Any]) -> list[str]:
+    """ms-swift cannot tell the model type and template of a local model directory by itself."""
+    model_dir = Path(str(args.get("model", "")))
+    if not model_dir.is_dir() or {"model_type", "template"} <= set(args):
+        return []
     try:
-        return json.loads((model_dir / "config.json").read_text()).get("model_type")
+        model_type = json.loads((model_dir / "config.json").read_text()).get("model_type")
     except (OSError, ValueError):
-        return None
+        model_type = None
+    return ["ms-swift needs backends.swift.model_type and backends.swift.template for a local model directory "
+            f"(e.g. model_type: qwen2, template: qwen2_5 for a Qwen2 model); the config's model_type is {model_type!r}"]
+
+
+def output_dir_of(job: Any, plan: LaunchPlan) -> Path:
+    """The plan's working directory (made): where the datasets, the job file and the episodes go."""
+    output_dir = Path(plan.cwd) if plan.cwd else Path(job.resolved_output_dir())
+    output_dir.mkdir(parents=True, exist_ok=True)
+    return output_dir
 
 
 def write_datasets(job: Any, output_dir: Path) -> dict[str, str]:
@@ -426,8 +432,7 @@ def launch(job: Any, plan: LaunchPlan) -> TrainResult:
     missing = missing_for_launch(job)
     if missing:
         raise UsageError(f"the swift backend cannot launch this job: set {' and '.join(missing)} in the job config")
-    output_dir = Path(plan.cwd) if plan.cwd else Path(job.resolved_output_dir())
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = output_dir_of(job, plan)
     datasets = write_datasets(job, output_dir)
     for stale in output_dir.glob(TRAJECTORIES_FILE.replace(".jsonl", "*.jsonl")):
         stale.unlink()  # ms-swift's processes append this run's episodes

@@ -22,8 +22,7 @@ from typing import Any
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import LaunchPlan, TrainResult
-from aworld_swift.launch import BACKEND, ROLLOUT_KEY, SWIFT_OUTPUT, _config_model_type, _merge, command_line
-from aworld_swift.runtime import OPTIONS_KEY
+from aworld_swift import launch
 
 TRAIN_FILE = "swift_sft_train.jsonl"
 VAL_FILE = "swift_sft_val.jsonl"
@@ -31,21 +30,8 @@ VAL_FILE = "swift_sft_val.jsonl"
 
 def sft_args(job: Any, output_dir: Path) -> dict[str, Any]:
     out = output_dir.resolve()
-    defaults: dict[str, Any] = {
-        "model": job.resolve_path(job.model.path) if job.model is not None else None,
-        "check_model": False,  # ms-swift would contact the ModelScope hub at every start
-        "fp16": False,  # ms-swift turns fp16 on even for a float32 model on the CPU
-        "dataset": str(out / TRAIN_FILE),
-        "val_dataset": str(out / VAL_FILE) if job.sft.val else None,
-        "output_dir": str(out / SWIFT_OUTPUT),
-        "add_version": False,
-        "seed": job.seed,
-        "report_to": list(job.logging.report_to) or ["none"],
-    }
-    user = job.backend_section(BACKEND)
-    user.pop(OPTIONS_KEY, None)
-    user.pop(ROLLOUT_KEY, None)
-    args = _merge(defaults, user, "backends.swift")
+    defaults = launch.base_args(job, out, str(out / TRAIN_FILE), str(out / VAL_FILE) if job.sft.val else None)
+    args = launch.merge_args(defaults, launch.user_args(job), "backends.swift")
     return {key: value for key, value in args.items() if value is not None}
 
 
@@ -60,18 +46,13 @@ def build_sft_plan(job: Any, output_dir: Path) -> LaunchPlan:
     notes = []
     if "model" not in args:
         notes.append("the job lacks model.path (the model to fine-tune): set it before launching")
-    model_dir = Path(str(args.get("model", "")))
-    if model_dir.is_dir() and not {"model_type", "template"} <= set(args):
-        notes.append(
-            "ms-swift needs backends.swift.model_type and backends.swift.template for a local model directory "
-            f"(e.g. model_type: qwen2, template: qwen2_5); the config's model_type is {_config_model_type(model_dir)!r}"
-        )
+    notes += launch.model_dir_notes(args)
     notes.append(f"launch writes {out / TRAIN_FILE}" + (f" and {out / VAL_FILE}" if job.sft.val else "")
                  + " from the sft: episode files (messages with tool_call/tool_response roles and per-message "
                    "loss, tools as JSON text)")
     if not job.sft.tools:
         notes.append("no sft.tools: the rows carry no tool list")
-    return LaunchPlan(backend=BACKEND, command=command_line(args, "sft"), cwd=str(out),
+    return LaunchPlan(backend=launch.BACKEND, command=launch.command_line(args, "sft"), cwd=str(out),
                       env={"TRL_EXPERIMENTAL_SILENCE": "1"},
                       config={"swift_args": args}, notes=notes)
 
@@ -89,8 +70,7 @@ def launch_sft(job: Any, plan: LaunchPlan) -> TrainResult:
 
     if "model" not in plan.config.get("swift_args", {}):
         raise UsageError("the swift backend cannot launch this SFT job: set model.path")
-    output_dir = Path(plan.cwd) if plan.cwd else Path(job.resolved_output_dir())
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = launch.output_dir_of(job, plan)
     datasets = write_sft_datasets(job, output_dir)
     result = execute_plan(plan, output_dir)
     result.artifacts.update(datasets)
