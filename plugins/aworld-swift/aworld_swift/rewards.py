@@ -54,6 +54,7 @@ from aworld_core.worker import (
     mask_of_runs,
     step_metrics,
 )
+from aworld_swift.rows import parse_sample
 from aworld_swift.trajectory import INFO_KEY
 
 logger = logging.getLogger(__name__)
@@ -99,9 +100,6 @@ class Judgement:
     def episodes(self) -> list[Episode]:
         """The batch's episodes, once each (an episode of several segments has a row per segment)."""
         return [self.records[i] for rows in self.rows for i in rows]  # type: ignore[misc]
-
-    def episode_entries(self) -> list[dict[str, Any]]:
-        return [self.entries[i] for rows in self.rows for i in rows]  # type: ignore[misc]
 
 
 class AworldReward(ORM):
@@ -174,7 +172,7 @@ class AworldReward(ORM):
                 f"reward '{type(self).__name__}' needs the 'aworld_sample' column of the dataset aworld-swift "
                 f"converts (it holds each row's ground truth)"
             )
-        sample = Sample.model_validate_json(raw_sample) if isinstance(raw_sample, str) else Sample.model_validate(raw_sample)
+        sample = parse_sample(raw_sample)
         episode = Episode(task_id=sample.id, agent_id="swift", final_answer=_text(completion))
         episode.finish(EpisodeStatus.SUCCESS)
         if self.reward_name is not None:
@@ -276,7 +274,8 @@ def judge(entries: list[dict[str, Any] | None], kwargs: dict[str, Any]) -> Judge
     training = runtime.training()
     if training:
         runtime.failed_steps.step(ran)  # raises after max_failed_steps batches with nothing trainable
-    _log(runtime, batch_metrics(ran, judged.episode_entries()), "train" if training else "eval")
+    ran_entries = [judged.entries[i] for rows in judged.rows for i in rows]
+    _log(runtime, batch_metrics(ran, ran_entries), "train" if training else "eval")
     return judged
 
 
@@ -305,7 +304,8 @@ def judge_parts(parts: list[tuple[list[dict[str, Any] | None], list[Episode | No
     groups = []
     for task_id, rows in members.items():
         raw = next((raw_samples[i] for i in rows if raw_samples[i] is not None), None)
-        groups.append(apply_group_policy(task_id, _sample(task_id, raw), [records[i] for i in rows], policy))  # type: ignore[misc]
+        sample = parse_sample(raw) if isinstance(raw, (str, dict)) else Sample(id=task_id, prompt=[])
+        groups.append(apply_group_policy(task_id, sample, [records[i] for i in rows], policy))  # type: ignore[misc]
     offset = sum(len(part[0]) for part in parts[:rank])
     return Judgement(entries, records, groups, list(members.values()), offset, len(parts[rank][0]), copies)
 
@@ -366,14 +366,6 @@ def _flat(ids: Any) -> list[int] | None:
     if isinstance(ids[0], list):
         return [int(i) for segment in ids for i in segment]
     return [int(i) for i in ids]
-
-
-def _sample(task_id: str, raw: Any) -> Sample:
-    if isinstance(raw, str):
-        return Sample.model_validate_json(raw)
-    if isinstance(raw, dict):
-        return Sample.model_validate(raw)
-    return Sample(id=task_id, prompt=[])
 
 
 def _prompt_mean(index: int, scored: dict[int, float | None], prompts: list[Any]) -> float:

@@ -171,6 +171,11 @@ async def list_openai_agent_tools(agent: Any, sample: Sample, *, timeout: float 
     return list(chat.tools or []), chat.turn.function or chat.turn.tool_choice
 
 
+def parse_sample(raw: str | dict[str, Any]) -> Sample:
+    """A row's ``aworld_sample`` (JSON text, or already parsed) back as the ``Sample``."""
+    return Sample.model_validate_json(raw) if isinstance(raw, str) else Sample.model_validate(raw)
+
+
 def swift_row(sample: Sample, tools: Sequence[dict[str, Any]] | None) -> dict[str, Any]:
     row: dict[str, Any] = {
         "messages": [{"role": m.get("role", "user"), "content": _text(m.get("content"))} for m in sample.prompt],

@@ -45,7 +45,7 @@ from swift.rollout.multi_turn import MultiTurnScheduler
 from aworld_core.errors import UsageError
 from aworld_core.schemas import Message, Sample
 from aworld_core.tokens import content_text
-from aworld_swift.rows import SAMPLE_COLUMN
+from aworld_swift.rows import SAMPLE_COLUMN, parse_sample
 from aworld_swift.runtime import SwiftRuntime, get_runtime
 from aworld_swift.trajectory import FORCED_FIRST_TURN_IN_SERVER_MODE, INFO_KEY, JINJA_BACKEND, Trajectory
 
@@ -121,7 +121,7 @@ class AworldScheduler(MultiTurnScheduler):
         cut = len(trajectory.last_sampled) < len(sampled)  # the turn's max_tokens / stop (Trajectory.honour)
         if cut:
             sampled, logprobs = trajectory.last_sampled, trajectory.last_logprobs
-            keep_logprobs(response_choice, len(sampled))
+            keep_logprobs(response_choice, slice(len(sampled)))
         if trajectory.fatal is not None:
             raise trajectory.fatal
         if not done and self.max_turns and current_turn >= self.max_turns:
@@ -143,7 +143,7 @@ class AworldScheduler(MultiTurnScheduler):
         final_logprobs = list(logprobs or [])
         if trajectory.untrainable is not None:  # only the last sampled token keeps its label
             final_logprobs = final_logprobs[-1:] if sampled else []
-            keep_last_logprob(response_choice)
+            keep_logprobs(response_choice, slice(-1, None))
         result = {"done": True, "rollout_infos": {INFO_KEY: info}, "rollout_logprobs": final_logprobs}
         if trajectory.opening or cut:
             # a one-turn trajectory whose turn was forced (its opening, then what was sampled), or a last turn cut
@@ -243,23 +243,12 @@ class AworldScheduler(MultiTurnScheduler):
         if not limits:
             return None
         name, limit = min(limits.items(), key=lambda item: item[1])
-        length = self._encoded_length(template, next_messages(trajectory), trajectory.tools)
-        if length is None or length < limit:
+        ids = _encode(template, next_messages(trajectory), trajectory.tools, measure=True,
+                      failed="a trajectory's next prompt to measure it")
+        if ids is None or len(ids) < limit:
             return None
-        return (f"the next generation's prompt is {length} tokens as ms-swift renders it, and {name} is {limit}: "
+        return (f"the next generation's prompt is {len(ids)} tokens as ms-swift renders it, and {name} is {limit}: "
                 f"no position is left to sample in, so the episode ends as a length stop after the turn it sampled")
-
-    @staticmethod
-    def _encoded_length(template: Any, messages: list[dict[str, Any]], tools: Any) -> int | None:
-        try:
-            infer_template = copy(template)
-            infer_template.set_mode("transformers")
-            infer_template.max_length = None  # measured here, not refused
-            return len(infer_template.encode({"messages": messages, "tools": tools})["input_ids"])
-        except Exception as exc:  # ms-swift's own encode will say what is wrong with the request
-            logger.warning("ms-swift's template could not render a trajectory's next prompt to measure it (%s: %s)",
-                           type(exc).__name__, exc)
-            return None
 
     def _check_environment_ids(self, trajectory: Trajectory) -> None:
         """ms-swift's template labels the end-of-turn suffix when it opens a masked span after a
@@ -275,7 +264,7 @@ class AworldScheduler(MultiTurnScheduler):
 
     def _suffix_ids(self) -> list[int]:
         if self.suffix_ids is None:
-            template = self._template or getattr(self.infer_engine, "template", None)
+            template = self._swift_template()
             ids: list[int] = []
             for part in getattr(getattr(template, "template_meta", None), "suffix", None) or []:
                 if isinstance(part, str):
@@ -287,18 +276,27 @@ class AworldScheduler(MultiTurnScheduler):
 
     def _prompt_ids(self, request: Any) -> list[int] | None:
         """The first prompt as ms-swift renders it (its template, not the model's chat template)."""
-        template = self._template or getattr(self.infer_engine, "template", None)
-        if template is None:
-            return None
-        try:
-            infer_template = copy(template)
-            infer_template.set_mode("transformers")
-            encoded = infer_template.encode({"messages": request.messages, "tools": request.tools})
-            return [int(i) for i in encoded["input_ids"]]
-        except Exception as exc:  # only the exported view's prompt depends on it: say so, keep training
-            logger.warning("ms-swift's template could not render a prompt for the recorded episode (%s: %s); the "
-                           "episode's exported view keeps the token client's prompt for it", type(exc).__name__, exc)
-            return None
+        template = self._swift_template()
+        # only the exported view's prompt depends on it: say so, keep training
+        return None if template is None else _encode(
+            template, request.messages, request.tools,
+            failed="a prompt for the recorded episode; the episode's exported view keeps the token client's prompt for it")
+
+
+def _encode(template: Any, messages: list[dict[str, Any]], tools: Any, *, failed: str,
+            measure: bool = False) -> list[int] | None:
+    """``messages`` as ms-swift's ``template`` renders them (``measure``: past its ``max_length`` too, which it
+    would refuse); ``None`` and a warning naming what ``failed`` when it cannot (ms-swift's own encode will
+    say what is wrong with the request)."""
+    try:
+        infer_template = copy(template)
+        infer_template.set_mode("transformers")
+        if measure:
+            infer_template.max_length = None  # measured here, not refused
+        return [int(i) for i in infer_template.encode({"messages": messages, "tools": tools})["input_ids"]]
+    except Exception as exc:
+        logger.warning("ms-swift's template could not render %s (%s: %s)", failed, type(exc).__name__, exc)
+        return None
 
 
 def next_messages(trajectory: Trajectory) -> list[dict[str, Any]]:
@@ -320,20 +318,13 @@ def check_template(template: Any) -> None:
         raise UsageError(JINJA_BACKEND)
 
 
-def keep_logprobs(response_choice: Any, count: int) -> None:
-    """Trim the choice's logprobs to its first ``count`` tokens, the ones a turn cut short keeps."""
+def keep_logprobs(response_choice: Any, keep: slice) -> None:
+    """Trim the choice's logprobs to the tokens ``keep`` selects: the first ones, which a turn cut short keeps,
+    or the last one, the one label an untrained trajectory keeps (server mode's ``run()`` takes the last
+    turn's logprobs from the choice, and ms-swift falls back to the choice's when a trajectory has none)."""
     logprobs = response_choice.logprobs
     if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
-        response_choice.logprobs = {**logprobs, "content": logprobs["content"][:count]}
-
-
-def keep_last_logprob(response_choice: Any) -> None:
-    """Trim the choice's logprobs to its last token, the one label an untrained trajectory keeps:
-    server mode's ``run()`` takes the last turn's logprobs from the choice, and ms-swift falls back
-    to the choice's when a trajectory has none."""
-    logprobs = response_choice.logprobs
-    if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
-        response_choice.logprobs = {**logprobs, "content": logprobs["content"][-1:]}
+        response_choice.logprobs = {**logprobs, "content": logprobs["content"][keep]}
 
 
 def sample_of(request: Any) -> Sample:
@@ -345,7 +336,7 @@ def sample_of(request: Any) -> Sample:
             f"aworld-swift converts from the job (python -m aworld_core.run --backend swift --config job.yaml)"
         )
     try:
-        return Sample.model_validate_json(raw) if isinstance(raw, str) else Sample.model_validate(raw)
+        return parse_sample(raw)
     except ValueError as exc:
         raise UsageError(f"the '{SAMPLE_COLUMN}' column of an ms-swift dataset row is not a sample: {exc}") from None
 

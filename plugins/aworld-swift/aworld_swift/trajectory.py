@@ -330,34 +330,26 @@ class Trajectory:
         event = await self.bridge.events.get()
         if isinstance(event, TurnRequest):
             base = [*self.prompt_ids, *sampled]
-            if event.prompt_ids[: len(base)] == base:
-                self.pending = event
-                self.turn_sampled = list(sampled)
-                self.turn_logprobs = logprobs
-                self.turn_env = event.prompt_ids[len(base):]
-                self.prompt_ids = event.prompt_ids
-                self.segment_ids += [*sampled, *self.turn_env]
-                return False
-            # the token client began a new training segment (a rewritten or compacted history): the
-            # segment ends with this turn's sampled ids, and ms-swift samples the next from the new prompt
-            try:
-                messages, prefix = self.segment_request(event.prompt_ids, event.forced)
-            except UsageError as exc:
-                event.future.set_exception(LLMError(str(exc)))
-                event = await self.bridge.events.get()
+            env = event.prompt_ids[len(base):] if event.prompt_ids[: len(base)] == base else None
+            if env is not None:
+                self.segment_ids += [*sampled, *env]
             else:
-                self.pending = event
-                self.turn_sampled = list(sampled)
-                self.turn_logprobs = logprobs
-                self.turn_env = []
-                self.prompt_ids = event.prompt_ids
+                # the token client began a new training segment (a rewritten or compacted history): the
+                # segment ends with this turn's sampled ids, and ms-swift samples the next from the new prompt
+                try:
+                    messages, prefix = self.segment_request(event.prompt_ids, event.forced)
+                except UsageError as exc:
+                    event.future.set_exception(LLMError(str(exc)))
+                    self._ended(await self.bridge.events.get())  # type: ignore[arg-type]
+                    return True
                 self.segment_messages.append(messages)
                 self.segment_prefixes.append(prefix)
                 self.segment_prompts.append(None)  # ms-swift's rendering, set by the scheduler's ``step``
-                self.segment_ids = []
-                self.new_segment = True
-                return False
-        self._ended(event)  # type: ignore[arg-type]
+                self.segment_ids, self.new_segment = [], True
+            self.pending, self.prompt_ids = event, event.prompt_ids
+            self.turn_sampled, self.turn_logprobs, self.turn_env = list(sampled), logprobs, env or []
+            return False
+        self._ended(event)
         return True
 
     def honour(self, sampling: SamplingParams | None, sampled: list[int], logprobs: list[float] | None,
@@ -438,15 +430,7 @@ class Trajectory:
 
     async def abort(self, reason: str) -> None:
         """End the episode from outside (ms-swift stopped the trajectory first): it fails."""
-        if self.episode is not None:
-            return
-        assert self.bridge is not None
-        pending, self.pending = self.pending, None
-        if pending is not None and not pending.future.done():
-            pending.future.set_exception(LLMError(reason))
-        elif self.task is not None:
-            self.task.cancel()
-        await self._answer_until_done(lambda future: future.set_exception(LLMError(reason)))
+        await self._end(lambda future: future.set_exception(LLMError(reason)), cancel=True)
 
     async def end_at_length(self, why: str) -> None:
         """End the episode as a length stop: its next generation's prompt would not fit ms-swift's
@@ -456,19 +440,22 @@ class Trajectory:
         ends with ``metadata["stop"] = "length"`` and is scored and trained like any length stop.
         What ms-swift trains of it ends with the turn it just sampled (``conclude`` cuts the recorded
         view there: the environment ids after it never reach ms-swift, and nothing is sampled after them)."""
+        if self.episode is None:
+            self.length_end = why
+        await self._end(lambda future: future.set_result(TokenOutput([], None, LENGTH)))
+
+    async def _end(self, answer: Callable[[asyncio.Future[Any]], None], cancel: bool = False) -> None:
+        """Answer the parked generation and every one the agent still asks with ``answer(future)``
+        (``cancel``: with none parked, the running episode is cancelled), until its episode ends (the
+        bridge's ``EpisodeDone``), which is then settled. Nothing when the episode has ended."""
         if self.episode is not None:
             return
         assert self.bridge is not None
-        self.length_end = why
         pending, self.pending = self.pending, None
         if pending is not None and not pending.future.done():
-            pending.future.set_result(TokenOutput([], None, LENGTH))
-        await self._answer_until_done(lambda future: future.set_result(TokenOutput([], None, LENGTH)))
-
-    async def _answer_until_done(self, answer: Callable[[asyncio.Future[Any]], None]) -> None:
-        """Answer every generation the agent still asks with ``answer(future)``, until its episode
-        ends (the bridge's ``EpisodeDone``), which is then settled."""
-        assert self.bridge is not None
+            answer(pending.future)
+        elif cancel and self.task is not None:
+            self.task.cancel()
         while True:
             event = await self.bridge.events.get()
             if isinstance(event, EpisodeDone):
