@@ -503,13 +503,14 @@ async def _members_with_one_cancelled(key: str, cancel_when: str) -> list:
 
     rendezvous = Rendezvous()
     decide = group_decider(GroupPolicy(), scored=True)
-    handed_in, go_on, members = asyncio.Event(), asyncio.Event(), []
+    handed_in, go_on, others_go, members = asyncio.Event(), asyncio.Event(), asyncio.Event(), []
 
     async def member(i: int) -> object:
         me = rendezvous.join(key, decide)
         members.append(me)
         try:
-            await asyncio.sleep(0.01 if i == 0 else 0.05)
+            if i != 0:  # the others hand in when the test says so (events, not timers: a stall
+                await others_go.wait()  # on a loaded machine must not let them overtake member 0)
             group = await me.finish(_member(i, float(i)), sample())
             if i == 0:
                 handed_in.set()
@@ -524,9 +525,12 @@ async def _members_with_one_cancelled(key: str, cancel_when: str) -> list:
         while not members or 0 not in members[0].group.episodes:  # member 0 waits on the decision
             await asyncio.sleep(0.001)
         assert not members[0].group.future.done()
+        tasks[0].cancel()
+        others_go.set()
     else:
+        others_go.set()
         await handed_in.wait()
-    tasks[0].cancel()
+        tasks[0].cancel()
     go_on.set()
     return await asyncio.gather(*tasks, return_exceptions=True)
 

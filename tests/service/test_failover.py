@@ -221,7 +221,7 @@ async def test_sigterm_hands_running_tasks_back_to_the_queue(server_processes: A
     server = server_processes(args, port=port)
     async with AworldTaskClient(know_hosts=[server.host], backoff_s=0.05, retries=8) as client:
         await client.submit_tasks(
-            [AworldTask(task_id=f"s{i}", agent_id="slow", agent_input="x", metadata={"sleep_s": 1.0}) for i in range(3)]
+            [AworldTask(task_id=f"s{i}", agent_id="slow", agent_input="x", metadata={"sleep_s": 4.0}) for i in range(3)]
         )
         await wait_for(lambda: client.list_tasks(status="running"), lambda r: len(r) == 2, timeout=20)
         server.stop()  # SIGTERM: no drain time, so both runs go back to the queue at once

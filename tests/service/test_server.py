@@ -272,7 +272,7 @@ async def test_the_bearer_token(serve: Any, tmp_path: Path, monkeypatch: pytest.
 
 
 async def test_a_full_queue_answers_429_with_retry_after(serve: Any, tmp_path: Path) -> None:
-    async with serve(config(tmp_path, concurrency=1, max_queue=3, lease_s=1.0)) as (host, _):
+    async with serve(config(tmp_path, concurrency=1, max_queue=3)) as (host, _):
         async with AworldTaskClient(know_hosts=[host], retries=1, backoff_s=0.01) as client:
             await client.submit_task(AworldTask(task_id="runs", agent_id="slow", agent_input="x"))
             await _until(lambda: client.get_task_state("runs"), lambda s: s.status is TaskStatus.RUNNING)
@@ -299,7 +299,7 @@ async def test_a_full_queue_answers_429_with_retry_after(serve: Any, tmp_path: P
 
 
 async def test_cancel_a_queued_and_a_running_task(serve: Any, tmp_path: Path) -> None:
-    async with serve(config(tmp_path, concurrency=1, lease_s=0.9)) as (host, _), AworldTaskClient(
+    async with serve(config(tmp_path, concurrency=1)) as (host, _), AworldTaskClient(
         know_hosts=[host]
     ) as client:
         await client.submit_tasks(

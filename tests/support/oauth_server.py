@@ -9,6 +9,7 @@ pre-registered client, as a person signing in once elsewhere would get one.
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 import time
@@ -82,7 +83,7 @@ class LoopbackOAuthProvider:
         access = "at-" + secrets.token_hex(16)
         refresh = "rt-" + secrets.token_hex(16)
         self.access[access] = AccessToken(token=access, client_id=client_id, scopes=scopes,
-                                          expires_at=int(time.time()) + self.token_ttl_s, resource=resource)  # fmt: skip
+                                          expires_at=math.ceil(time.time() + self.token_ttl_s), resource=resource)  # fmt: skip
         self.refresh[refresh] = RefreshToken(token=refresh, client_id=client_id, scopes=scopes, resource=resource)
         return OAuthToken(access_token=access, token_type="Bearer", expires_in=self.token_ttl_s,
                           scope=" ".join(scopes) or None, refresh_token=refresh)  # fmt: skip

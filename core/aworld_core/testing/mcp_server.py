@@ -363,7 +363,7 @@ class McpHttpServer:
     def config(self, token: str | None = ..., **extra: Any) -> dict[str, Any]:  # type: ignore[assignment]
         """This server as an ``mcpServers`` entry; ``token=`` overrides the token sent."""
         token = self.token if token is ... else token
-        entry: dict[str, Any] = {"type": self.transport, "url": self.url, "timeout": 5, "sse_read_timeout": 30}
+        entry: dict[str, Any] = {"type": self.transport, "url": self.url, "timeout": 30, "sse_read_timeout": 30}
         if token is not None:
             entry["headers"] = {"Authorization": f"Bearer {token}"}
         entry.update(extra)
@@ -468,7 +468,7 @@ class McpServerProcess:
 
     def config(self, token: str | None = ...) -> dict[str, Any]:  # type: ignore[assignment]
         token = self.token if token is ... else token
-        entry: dict[str, Any] = {"type": self.transport, "url": self.url, "timeout": 5}
+        entry: dict[str, Any] = {"type": self.transport, "url": self.url, "timeout": 30}
         if token is not None:
             entry["headers"] = {"Authorization": f"Bearer {token}"}
         return entry
