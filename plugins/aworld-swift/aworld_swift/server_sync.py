@@ -40,6 +40,8 @@ import os
 import sys
 from typing import Any
 
+from aworld_swift.vllm_cpu_sync import cpu_build_installed
+
 SYNC_HOST_ENV = "AWORLD_SWIFT_SYNC_HOST"  # where the server's end of the weight-sync group listens
 SWIFT_EXTENSION = "swift.pipelines.infer.rollout.WeightSyncWorkerExtension"
 CPU_EXTENSION = "aworld_swift.server_worker.CpuWeightSyncExtension"
@@ -85,16 +87,13 @@ def tcp_broadcast(group: Any, tensor: Any, src: int) -> Any:
     return tensor
 
 
-def is_stateless_group(group: Any) -> bool:
-    from vllm.distributed.utils import StatelessProcessGroup
-
-    return isinstance(group, StatelessProcessGroup)
-
-
 def uses_tcp(communicator: Any) -> bool:
     """The communicator cannot move tensors itself (no NCCL: vLLM disabled it) and sits on a
     ``StatelessProcessGroup``: its tensors go over that group's store."""
-    return bool(getattr(communicator, "disabled", False)) and is_stateless_group(getattr(communicator, "group", None))
+    from vllm.distributed.utils import StatelessProcessGroup
+
+    return bool(getattr(communicator, "disabled", False)) and isinstance(getattr(communicator, "group", None),
+                                                                         StatelessProcessGroup)
 
 
 def bind_host(requested: str) -> str:
@@ -106,12 +105,6 @@ def bind_host(requested: str) -> str:
 
 
 # -- where the transfer goes in ----------------------------------------------------------------
-
-def cpu_build_installed() -> bool:
-    from aworld_swift.vllm_cpu_sync import cpu_build_installed as installed
-
-    return installed()
-
 
 def no_accelerator() -> bool:
     """ms-swift sees no device (what makes it refuse a rollout server) and vLLM runs on the CPU."""

@@ -67,14 +67,11 @@ class CpuWeightSyncExtension(WeightSyncWorkerExtension):
         self._aworld_keep({name: self._aworld_receive(weight)})
 
     def process_weights_after_loading(self) -> None:
-        from aworld_swift.vllm_cpu_sync import with_tied_head
+        from aworld_swift.vllm_cpu_sync import reload_weights
 
         named, self._aworld_received = self._aworld_received or {}, None
-        if not named:
-            return
-        runner = self.model_runner
-        named = with_tied_head(named, runner.get_model())
-        runner.reload_weights(weights_iterator=iter(list(named.items())), is_checkpoint_format=True)
+        if named:
+            reload_weights(self.model_runner, named)
 
     def update_adapter_flattened_param(self, peft_config: Any, metadatas: Any) -> None:
         raise RuntimeError(NO_LORA)

@@ -83,24 +83,21 @@ def is_cpu_colocate(trainer: Any) -> bool:
     return bool(current_platform.is_cpu())
 
 
-def with_tied_head(named: dict[str, Any], model: Any) -> dict[str, Any]:
-    """``named`` plus ``lm_head.weight`` = the embedding when the vLLM model ties them and it is missing."""
-    config = getattr(getattr(model, "config", None), "tie_word_embeddings", None)
-    if not config or LM_HEAD in named:
-        return named
+def reload_weights(runner: Any, named: dict[str, Any]) -> None:
+    """Load checkpoint-named tensors into ``runner``'s model with vLLM's in-place reload, plus
+    ``lm_head.weight`` = the embedding when the vLLM model ties them and it is missing."""
+    tied = getattr(getattr(runner.get_model(), "config", None), "tie_word_embeddings", None)
     embed = next((name for name in named if name.endswith(EMBED_SUFFIX)), None)
-    if embed is not None:
+    if tied and LM_HEAD not in named and embed is not None:
         named = {**named, LM_HEAD: named[embed].clone()}
-    return named
+    runner.reload_weights(weights_iterator=iter(list(named.items())), is_checkpoint_format=True)
 
 
 def reload_into_engine(engine: Any, named: dict[str, Any]) -> None:
     """Load checkpoint-named tensors into the running engine with vLLM's in-place reload."""
     if not named:
         raise RuntimeError("ms-swift's weight sync produced no tensors for the vLLM engine")
-    runner = model_runner(engine)
-    named = with_tied_head(named, runner.get_model())
-    runner.reload_weights(weights_iterator=iter(list(named.items())), is_checkpoint_format=True)
+    reload_weights(model_runner(engine), named)
 
 
 @contextmanager
