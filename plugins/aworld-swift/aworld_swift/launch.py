@@ -149,7 +149,7 @@ def _check_template_backend(value: Any, where: str) -> None:
 def _check_compaction(job: Any, args: dict[str, Any]) -> None:
     """An agent that compacts its context trains episodes of several segments: ms-swift must then
     use a token-mean loss (``aworld_swift.segments``), refused here as the trainer would refuse it."""
-    from aworld_swift.segments import TOKEN_MEAN_LOSSES
+    from aworld_swift.segments import REFUSED_SETTINGS, TOKEN_MEAN_LOSSES
 
     if getattr(job.agent, "compaction", None) is None:
         return
@@ -162,9 +162,7 @@ def _check_compaction(job: Any, args: dict[str, Any]) -> None:
         )
     # what the trainer refuses for a batch with a segmented episode (aworld_swift.segments), refused
     # before anything starts rather than at the first batch holding a compacted episode
-    for key, why in (("dynamic_sample", "its resampling keeps the first generation_batch_size rows, which would "
-                      "cut an episode's segments apart"),
-                     ("padding_free", "ms-swift's several-rows-per-trajectory mode does not support it")):
+    for key, why in REFUSED_SETTINGS.items():
         if args.get(key) in (True, "true", "True"):
             raise ConfigError(
                 f"agent.compaction makes episodes of several training segments, and backends.swift.{key} is on "

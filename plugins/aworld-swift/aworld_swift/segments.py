@@ -50,6 +50,12 @@ from aworld_swift.trajectory import INFO_KEY
 
 TOKEN_MEAN_LOSSES = ("dapo", "bnpo", "cispo")
 SEGMENTED_FLAG = "_aworld_segmented"
+# ms-swift settings a batch with a segmented episode cannot train with, and why (refused at launch too)
+REFUSED_SETTINGS = {
+    "dynamic_sample": "its resampling keeps the first generation_batch_size rows, which would cut an episode's "
+                      "segments apart",
+    "padding_free": "ms-swift's several-rows-per-trajectory mode does not support it",
+}
 
 
 class SeamChanged(RuntimeError):
@@ -109,19 +115,10 @@ def check_trainer(trainer: Any, outputs: list[Any]) -> None:
             f"its number of segments. Use a token-mean loss_type ({', '.join(TOKEN_MEAN_LOSSES)}; {where}: "
             f"loss_type: dapo)"
         )
-    args = getattr(trainer, "args", None)
-    if getattr(args, "dynamic_sample", False):
-        raise UsageError(
-            "a batch holds an episode of several training segments and ms-swift's dynamic_sample is on: its "
-            "resampling keeps the first generation_batch_size rows, which would cut an episode's segments apart; "
-            f"{where}: dynamic_sample: false"
-        )
-    template = getattr(trainer, "template", None)
-    if getattr(template, "padding_free", False):
-        raise UsageError(
-            "a batch holds an episode of several training segments and ms-swift's padding_free is on, which its "
-            f"several-rows-per-trajectory mode does not support; {where}: padding_free: false"
-        )
+    for key, owner in (("dynamic_sample", getattr(trainer, "args", None)), ("padding_free", getattr(trainer, "template", None))):
+        if getattr(owner, key, False):
+            raise UsageError(f"a batch holds an episode of several training segments and ms-swift's {key} is on "
+                             f"({REFUSED_SETTINGS[key]}); {where}: {key}: false")
     for output in outputs:
         for row in segments_of(output) or []:
             if row.get("reward") is not None:
