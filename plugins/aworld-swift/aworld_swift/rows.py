@@ -24,7 +24,8 @@ ms-swift's driver cannot honour it).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,54 +85,46 @@ PROBE_ANSWER = ("aworld-swift's launch probe records the agent's first request (
                 "request; this error is expected")
 
 
-class _FirstRequest:
-    """A loopback HTTP endpoint that records the first JSON body POSTed to it and answers 400."""
+@contextmanager
+def _first_request() -> Iterator[tuple[str, dict[str, Any]]]:
+    """A loopback HTTP endpoint (its base URL) that records the first JSON body POSTed to it
+    (``recorded["body"]``) and answers 400."""
+    import http.server
+    import threading
 
-    def __init__(self) -> None:
-        import http.server
-        import threading
+    recorded: dict[str, Any] = {}
 
-        self.body: dict[str, Any] | None = None
-        recorder = self
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if "body" not in recorded and self.path.rstrip("/").endswith("/chat/completions"):
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = None
+                recorded["body"] = body if isinstance(body, dict) else {}
+            error = {"error": {"message": PROBE_ANSWER, "type": "invalid_request_error", "param": None, "code": None}}
+            data = json.dumps(error).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if recorder.body is None and self.path.rstrip("/").endswith("/chat/completions"):
-                    try:
-                        body = json.loads(raw)
-                    except ValueError:
-                        body = None
-                    recorder.body = body if isinstance(body, dict) else {}
-                error = {"error": {"message": PROBE_ANSWER, "type": "invalid_request_error", "param": None,
-                                   "code": None}}
-                data = json.dumps(error).encode()
-                self.send_response(400)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        do_GET = do_POST
 
-            do_GET = do_POST
+        def log_message(self, *args: Any) -> None:
+            return None
 
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, name="aworld-swift-probe", daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> _FirstRequest:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, name="aworld-swift-probe", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", recorded
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 async def list_openai_agent_tools(agent: Any, sample: Sample, *, timeout: float | None = None
@@ -143,14 +136,14 @@ async def list_openai_agent_tools(agent: Any, sample: Sample, *, timeout: float 
     from aworld_core.errors import AworldError
     from aworld_core.gateway import parse_chat
 
-    with _FirstRequest() as endpoint:
+    with _first_request() as (base_url, recorded):
         # done once the first request is recorded, whatever the function does with the error (a function
         # still running in its thread then finds the endpoint gone at its next call)
-        call = asyncio.ensure_future(agent.call(sample, base_url=endpoint.base_url, api_key="aworld",
+        call = asyncio.ensure_future(agent.call(sample, base_url=base_url, api_key="aworld",
                                                 model=PROBE_MODEL))
         try:
             async with asyncio.timeout(timeout):
-                while endpoint.body is None and not call.done():
+                while "body" not in recorded and not call.done():
                     await asyncio.sleep(0.05)
         except TimeoutError:
             raise UsageError(f"listing the tools of agent.openai_agent {agent.ref!r} failed: it sent no request "
@@ -159,12 +152,12 @@ async def list_openai_agent_tools(agent: Any, sample: Sample, *, timeout: float 
             if not call.done():
                 call.cancel()
             await asyncio.gather(call, return_exceptions=True)  # the expected end: its request answered 400
-    if endpoint.body is None:
+    if "body" not in recorded:
         raise UsageError(f"listing the tools of agent.openai_agent {agent.ref!r} failed: its probe run on sample "
                          f"{sample.id!r} sent no POST /v1/chat/completions (the swift backend trains agents on the "
                          "Chat Completions API)")
     try:
-        chat = parse_chat(endpoint.body)
+        chat = parse_chat(recorded["body"])
     except AworldError as exc:
         raise UsageError(f"agent.openai_agent {agent.ref!r}: its first request would be refused by the gateway: "
                          f"{exc}") from None

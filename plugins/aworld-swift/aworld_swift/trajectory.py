@@ -108,27 +108,18 @@ class EpisodeDone:
     fatal: UsageError | None = None
 
 
-class TrajectoryBridge:
-    """Where one episode (asking for generations) meets one ms-swift trajectory (answering)."""
-
-    def __init__(self) -> None:
-        self.events: asyncio.Queue[TurnRequest | EpisodeDone] = asyncio.Queue()
-
-    async def turn(self, prompt_ids: list[int], forced: list[int] | None = None,
-                   sampling: SamplingParams | None = None) -> TokenOutput:
-        future: asyncio.Future[TokenOutput] = asyncio.get_running_loop().create_future()
-        self.events.put_nowait(TurnRequest(list(prompt_ids), future, list(forced or []), sampling))
-        return await future
+# where one episode (asking for generations) meets one ms-swift trajectory (answering)
+Bridge = asyncio.Queue[TurnRequest | EpisodeDone]
 
 
 class SwiftTurnEngine:
     """A ``TokenEngine`` whose generations are sampled by ms-swift, one trajectory per episode."""
 
     def __init__(self) -> None:
-        self._bridges: dict[str, TrajectoryBridge] = {}
+        self._bridges: dict[str, Bridge] = {}
         self._lock = threading.Lock()
 
-    def attach(self, session_id: str, bridge: TrajectoryBridge) -> None:
+    def attach(self, session_id: str, bridge: Bridge) -> None:
         with self._lock:
             self._bridges[session_id] = bridge
 
@@ -152,7 +143,9 @@ class SwiftTurnEngine:
         forced = list(turn.forced_ids) if turn is not None else []
         if forced and prompt_ids[len(prompt_ids) - len(forced):] != forced:
             forced = []
-        return await bridge.turn(prompt_ids, forced, sampling)
+        future: asyncio.Future[TokenOutput] = asyncio.get_running_loop().create_future()
+        bridge.put_nowait(TurnRequest(list(prompt_ids), future, forced, sampling))
+        return await future
 
 
 class RequestRecorder:
@@ -221,7 +214,7 @@ class Trajectory:
         self.runtime = runtime
         self.max_steps = max_steps
         self.episode_id = f"ep-swift-{uuid}"
-        self.bridge: TrajectoryBridge | None = None
+        self.bridge: Bridge | None = None
         self.task: asyncio.Task[None] | None = None
         self.pending: TurnRequest | None = None
         self.prompt_ids: list[int] = []  # the token client's prompt of the pending generation
@@ -263,10 +256,10 @@ class Trajectory:
     async def start(self) -> tuple[list[Message], list[dict[str, Any]] | None] | None:
         """Start the episode and wait for its first generation: its messages and tools, or
         ``None`` when the episode ended without asking (e.g. its MCP server refused it)."""
-        self.bridge = TrajectoryBridge()
+        self.bridge = asyncio.Queue()
         self.runtime.engine.attach(self.episode_id, self.bridge)
         self.task = asyncio.ensure_future(self._run_episode())
-        event = await self.bridge.events.get()
+        event = await self.bridge.get()
         if isinstance(event, EpisodeDone):
             self._ended(event)
             return None
@@ -300,7 +293,7 @@ class Trajectory:
             episode = self._failed(EpisodeStatus.CANCELLED, "ms-swift ended the trajectory while the episode ran")
         finally:
             self.runtime.engine.detach(self.episode_id)
-        self.bridge.events.put_nowait(EpisodeDone(episode, fatal))
+        self.bridge.put_nowait(EpisodeDone(episode, fatal))
 
     def _failed(self, status: EpisodeStatus, error: str) -> Episode:
         """The kit's failed episode: its token session dropped (nothing it sampled may train)."""
@@ -327,7 +320,7 @@ class Trajectory:
             stop = LENGTH if finish_reason == "length" else STOP
             pending.future.set_result(TokenOutput(list(sampled), logprobs, stop))
         self.last_sampled, self.last_logprobs = list(sampled), logprobs
-        event = await self.bridge.events.get()
+        event = await self.bridge.get()
         if isinstance(event, TurnRequest):
             base = [*self.prompt_ids, *sampled]
             env = event.prompt_ids[len(base):] if event.prompt_ids[: len(base)] == base else None
@@ -340,7 +333,7 @@ class Trajectory:
                     messages, prefix = self.segment_request(event.prompt_ids, event.forced)
                 except UsageError as exc:
                     event.future.set_exception(LLMError(str(exc)))
-                    self._ended(await self.bridge.events.get())  # type: ignore[arg-type]
+                    self._ended(await self.bridge.get())  # type: ignore[arg-type]
                     return True
                 self.segment_messages.append(messages)
                 self.segment_prefixes.append(prefix)
@@ -457,7 +450,7 @@ class Trajectory:
         elif cancel and self.task is not None:
             self.task.cancel()
         while True:
-            event = await self.bridge.events.get()
+            event = await self.bridge.get()
             if isinstance(event, EpisodeDone):
                 self._ended(event)
                 return
