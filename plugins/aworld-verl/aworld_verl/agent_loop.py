@@ -40,6 +40,7 @@ from aworld_core.worker import (
     agent_from_ref,
     build_agent,
     check_agent,
+    episode_segments,
     group_decider,
     load_job,
     outcome_record,
@@ -51,7 +52,6 @@ from aworld_verl.output import (
     placeholder_output,
     segment_refusal,
     training_output,
-    views_of,
     warn_segmented_v0,
 )
 from aworld_verl.rows import plain, sample_from_row
@@ -269,7 +269,9 @@ class AworldAgentLoop(AgentLoopBase):
                 reward=reward, reward_info=v1, global_steps=steps,
             )
             return [output] if v1 else output
-        views = views_of(episode)  # one output per training segment
+        # one output per training segment, in order: the primary session's (more than one when its history
+        # was rewritten or compacted), then those of trained agents called later (a swarm's trained members)
+        views = episode_segments(episode)
         if any(v.truncated for v in views):
             state.outcomes.add("truncated")
         if not v1:

@@ -35,13 +35,6 @@ logger = logging.getLogger(__name__)
 AWORLD = "aworld"
 
 
-def views_of(episode: Episode) -> list[TrainingSegment]:
-    """The episode's training segments in order: the primary session's (one, or more when its
-    history was rewritten or compacted), then those of trained agents called later (a swarm's
-    trained members). One output each."""
-    return episode_segments(episode)
-
-
 # why a V0 sample's episode does not train (a masked row keeps its place and reward)
 SEGMENTED_ON_V0 = "segmented_on_v0"
 
@@ -89,11 +82,11 @@ def _tool_seconds(episode: Episode) -> float:
     )
 
 
-def _turns(episode: Episode, view: TrainingSegment | None, primary: bool) -> int:
+def _turns(episode: Episode, view: TrainingSegment, primary: bool) -> int:
     """verl counts chat turns: user, assistant and tool messages of the trained conversation."""
     if primary and episode.messages:
         return sum(1 for m in episode.messages if m.get("role") != "system")
-    return 1 + (view.num_turns if view is not None else 0)
+    return 1 + view.num_turns
 
 
 def extra_fields(
@@ -190,17 +183,8 @@ def placeholder_output(
 ) -> Any:
     """A member that does not train, in its group's place: the prompt and one padding token, mask 0
     and logprob 0 (no gradient), ``reward`` its neutral value for the group's statistics."""
-    from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
-
-    return AgentLoopOutput(
-        prompt_ids=list(prompt_ids) or [int(pad_id)],
-        response_ids=[int(pad_id)],
-        response_mask=[0],
-        response_logprobs=[0.0],
-        reward_score=reward,
-        num_turns=_turns(episode, None, True),
-        metrics=_metrics(episode, stats),
-        extra_fields=extra_fields(
-            episode, stats, facts, reward_info=reward if reward_info else None, global_steps=global_steps
-        ),
-    )
+    pad = int(pad_id)
+    view = TrainingSegment(prompt_ids=list(prompt_ids) or [pad], response_ids=[pad], response_mask=[0],
+                           response_logprobs=[0.0], response_versions=[-1])
+    return training_output(episode, view, stats, facts, response_length=1, reward=reward, reward_info=reward_info,
+                           global_steps=global_steps)
