@@ -245,8 +245,8 @@ def test_canary_areals_fail_fast_slot_makes_its_own_calls_raise(sglang_server):
         assert stop_areal(engine, AworldError("later")) is True  # AReaL keeps the first
         start = time.monotonic()
         with pytest.raises(RuntimeError, match="canary: first error") as info:
-            engine.wait(1, timeout=20)
-        assert cause_of(info) is first and time.monotonic() - start < 5  # raised, not timed out
+            engine.wait(1, timeout=120)
+        assert cause_of(info) is first and time.monotonic() - start < 60  # raised, not timed out
         with pytest.raises(RuntimeError, match="canary") as info:
             engine.submit({"question": QUESTION}, workflow=Idle())
         assert cause_of(info) is first

@@ -125,7 +125,7 @@ async def test_episode_is_scored_and_notified_once_with_context_metadata(tok, ob
         ("raise", EpisodeStatus.FAILED, "RuntimeError: the plugin broke"),
         ("none", EpisodeStatus.FAILED, "no plugin answered"),
         ("wrong_type", EpisodeStatus.FAILED, "returned dict, expected an Episode"),
-        ("hang", EpisodeStatus.TIMEOUT, "did not finish within its 0.2 s timeout"),
+        ("hang", EpisodeStatus.TIMEOUT, "did not finish within its 2 s timeout"),
     ],
 )
 async def test_what_a_rollout_plugin_does_wrong_becomes_a_recorded_failure(tok, observed, monkeypatch, mode, status,
@@ -138,7 +138,7 @@ async def test_what_a_rollout_plugin_does_wrong_becomes_a_recorded_failure(tok, 
     if mode == "none":
         pm.pm.unregister(name="aworld_core.builtin")  # nobody answers
     llm = TokenLLM(ScriptedTokenEngine([]), tok, chat_template=load_template("qwen2_5"))
-    runner = EpisodeRunner(agent(), llm, reward="gsm8k", manager=pm, timeout=0.2)
+    runner = EpisodeRunner(agent(), llm, reward="gsm8k", manager=pm, timeout=2)  # instant modes: no race
     episode = await runner.run(sample(), {"episode_id": "ep-x"})
     assert episode.status is status and needle in episode.error
     assert episode.reward is None and episode.training is None

@@ -153,7 +153,7 @@ def test_versions_across_a_weight_update_mid_episodes(engine, loop, tool_model_d
         batch = asyncio.create_task(runner.run_batch([s for s in samples(4) for _ in range(4)], group_size=4,
                                                      sampling=SamplingParams(temperature=1.0)))
         # some turns done and some generations in flight: the update aborts them mid-turn
-        while len(recording.calls) < 8 or not engine.llm.get_num_unfinished_requests():
+        while (len(recording.calls) < 8 or not engine.llm.get_num_unfinished_requests()) and not batch.done():
             await asyncio.sleep(0.002)
         await engine.update_weights_from_dir(perturbed_model_dir)
         return await batch
