@@ -41,11 +41,11 @@ rewards (ms-swift's advantages take one reward per trajectory).
 from __future__ import annotations
 
 import functools
-import inspect
 from copy import deepcopy
 from typing import Any
 
 from aworld_core.errors import UsageError
+from aworld_swift.seams import check
 from aworld_swift.trajectory import INFO_KEY
 
 TOKEN_MEAN_LOSSES = ("dapo", "bnpo", "cispo")
@@ -56,10 +56,6 @@ REFUSED_SETTINGS = {
                       "segments apart",
     "padding_free": "ms-swift's several-rows-per-trajectory mode does not support it",
 }
-
-
-class SeamChanged(RuntimeError):
-    """ms-swift changed a private function this module wraps: aworld-swift needs updating."""
 
 
 def segments_of(output: Any) -> list[dict[str, Any]] | None:
@@ -182,40 +178,25 @@ def install() -> None:
         GRPOTrainer._compute_loss = _compute_loss
 
 
-def _params(function: Any) -> list[str]:
-    return list(inspect.signature(inspect.unwrap(function)).parameters)
-
-
-def _source(function: Any) -> str:
-    return inspect.getsource(inspect.unwrap(function))
-
-
 def check_seams() -> None:
     """Fail loudly (``SeamChanged``) when ms-swift moved or reshaped what :func:`install` relies on."""
-    from swift.rl_core.advantage import compute_advantages_dynamic
+    from swift.rl_core import advantage
     from swift.rlhf_trainers.grpo_trainer import GRPOTrainer
     from swift.rlhf_trainers.rollout_mixin import RolloutTrainerMixin
 
-    expected = {
-        RolloutTrainerMixin._postprocess_rollout_outputs: (["self", "samples", "outputs"], [
+    for owner, name, params, lines in (
+        (RolloutTrainerMixin, "_postprocess_rollout_outputs", ["self", "samples", "outputs"], [
             "if not self.dynamic_num_samples:", "request_id = output.response.id",
             "sample.apply_rollout_output(rollout_output=output)"]),
-        GRPOTrainer._compute_loss: (["self", "model", "model_inputs", "grpo_batch", "origin_data"], [
+        (GRPOTrainer, "_compute_loss", ["self", "model", "model_inputs", "grpo_batch", "origin_data"], [
             "should_chunk = self.dynamic_num_samples", "self._compute_loss_single(model, model_inputs, grpo_batch)"]),
-        GRPOTrainer._compute_loss_single: (["self", "model", "model_inputs", "grpo_batch"], []),
-        GRPOTrainer._compute_advantages: (["self", "samples", "rewards_per_func", "batch_encoded_inputs"], [
+        (GRPOTrainer, "_compute_loss_single", ["self", "model", "model_inputs", "grpo_batch"], []),
+        (GRPOTrainer, "_compute_advantages", ["self", "samples", "rewards_per_func", "batch_encoded_inputs"], [
             "if not self.dynamic_num_samples:", "compute_advantages_dynamic(",
             "request_ids = gather_object([s.request_id for s in samples])"]),
-        compute_advantages_dynamic: ([
+        (advantage, "compute_advantages_dynamic", [
             "rewards_per_func", "reward_weights", "prompt_ids", "request_ids", "advantage_estimator",
             "scale_rewards", "kl_in_reward", "beta", "kl_values"], [
             "prompt_to_indices.setdefault(pid, []).append(idx)", "advantages = request_advantages[indices_in_unique]"]),
-    }
-    for function, (params, lines) in expected.items():
-        name = getattr(function, "__qualname__", repr(function))
-        if _params(function) != params:
-            raise SeamChanged(f"ms-swift's {name} takes {_params(function)}, aworld-swift expects {params}")
-        source = _source(function)
-        for line in lines:
-            if line not in source:
-                raise SeamChanged(f"ms-swift's {name} no longer holds {line!r}: aworld_swift.segments needs updating")
+    ):
+        check(owner, name, "segments", params, lines, exact=True)

@@ -35,11 +35,11 @@ vLLM's CPU build is installed, and each wrapper only on a machine without an acc
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 from typing import Any
 
+from aworld_swift.seams import check
 from aworld_swift.vllm_cpu_sync import cpu_build_installed
 
 SYNC_HOST_ENV = "AWORLD_SWIFT_SYNC_HOST"  # where the server's end of the weight-sync group listens
@@ -50,10 +50,6 @@ KEY_PREFIX = "aworld-swift/tensor"
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 _COUNTER = "_aworld_tcp_broadcasts"
 _installed: set[str] = set()
-
-
-class SeamChanged(RuntimeError):
-    """ms-swift's server-mode code is not what :mod:`aworld_swift.server_sync` was written for."""
 
 
 # -- the transfer --------------------------------------------------------------------------------
@@ -114,43 +110,15 @@ def no_accelerator() -> bool:
     return get_device_count() == 0 and bool(current_platform.is_cpu())
 
 
-def _source(obj: Any) -> str:
-    try:
-        return inspect.getsource(obj)
-    except (OSError, TypeError) as exc:
-        raise SeamChanged(f"cannot read the source of {obj!r} ({exc}); update aworld_swift/server_sync.py") from None
-
-
-def _need(obj: Any, name: str, where: str) -> Any:
-    value = getattr(obj, name, None)
-    if value is None:
-        raise SeamChanged(f"{where}.{name} is gone (ms-swift changed its server mode); update aworld_swift/server_sync.py")
-    return value
-
-
-def _params(func: Any, expected: tuple[str, ...], where: str) -> None:
-    names = tuple(inspect.signature(func).parameters)
-    if names[: len(expected)] != expected:
-        raise SeamChanged(f"{where} takes {names}, expected {expected} first; update aworld_swift/server_sync.py")
-
-
 def check_trainer_seam() -> None:
     """The trainer's client sends every weight tensor through the module function this wraps."""
     from swift.rlhf_trainers import vllm_client
 
-    where = "swift.rlhf_trainers.vllm_client"
-    func = _need(vllm_client, "_broadcast_tensors_for_vllm_weight_sync", where)
-    _params(func, ("communicator", "tensors"), f"{where}._broadcast_tensors_for_vllm_weight_sync")
-    client = _need(vllm_client, "VLLMClient", where)
-    for method in ("update_flattened_params", "update_named_param"):
-        body = _source(_need(client, method, f"{where}.VLLMClient"))
-        if "_broadcast_tensors_for_vllm_weight_sync(" not in body or "comm.group.barrier()" not in body:
-            raise SeamChanged(f"VLLMClient.{method} no longer sends through _broadcast_tensors_for_vllm_weight_sync "
-                              "and the group's barrier; update aworld_swift/server_sync.py")
-    init = _source(_need(client, "init_communicator", f"{where}.VLLMClient"))
-    if "StatelessProcessGroup.create(" not in init or "PyNcclCommunicator(pg" not in init:
-        raise SeamChanged("VLLMClient.init_communicator no longer builds a PyNcclCommunicator on a "
-                          "StatelessProcessGroup; update aworld_swift/server_sync.py")
+    check(vllm_client, "_broadcast_tensors_for_vllm_weight_sync", "server_sync", ("communicator", "tensors"))
+    client = check(vllm_client, "VLLMClient", "server_sync")
+    for method in ("update_flattened_params", "update_named_param"):  # they send through it, then the barrier
+        check(client, method, "server_sync", (), ("_broadcast_tensors_for_vllm_weight_sync(", "comm.group.barrier()"))
+    check(client, "init_communicator", "server_sync", (), ("StatelessProcessGroup.create(", "PyNcclCommunicator(pg"))
 
 
 def check_server_seam(rollout: Any = None) -> None:
@@ -161,18 +129,13 @@ def check_server_seam(rollout: Any = None) -> None:
         rollout = importlib.import_module(ROLLOUT_MODULE)
     from swift.arguments import RolloutArguments
 
-    _params(_need(RolloutArguments, "_check_device_count", "RolloutArguments"), ("self",),
-            "RolloutArguments._check_device_count")
-    if "self._check_device_count()" not in _source(RolloutArguments.__post_init__):
-        raise SeamChanged("RolloutArguments.__post_init__ no longer calls _check_device_count; "
-                          "update aworld_swift/server_sync.py")
-    deploy = _need(rollout, "SwiftRolloutDeploy", ROLLOUT_MODULE)
-    body = _source(_need(deploy, "get_infer_engine", "SwiftRolloutDeploy"))
-    if f"'worker_extension_cls': '{SWIFT_EXTENSION}'" not in body or "return GRPOVllmEngine(**kwargs)" not in body:
-        raise SeamChanged("SwiftRolloutDeploy.get_infer_engine no longer builds GRPOVllmEngine with ms-swift's "
-                          "worker extension in engine_kwargs; update aworld_swift/server_sync.py")
-    _need(rollout, "GRPOVllmEngine", ROLLOUT_MODULE)
-    extension = _need(rollout, "WeightSyncWorkerExtension", ROLLOUT_MODULE)
+    check(RolloutArguments, "_check_device_count", "server_sync", ("self",))
+    check(RolloutArguments, "__post_init__", "server_sync", (), ("self._check_device_count()",))
+    deploy = check(rollout, "SwiftRolloutDeploy", "server_sync")
+    check(deploy, "get_infer_engine", "server_sync", (),  # GRPOVllmEngine built with ms-swift's worker extension
+          (f"'worker_extension_cls': '{SWIFT_EXTENSION}'", "return GRPOVllmEngine(**kwargs)"))
+    check(rollout, "GRPOVllmEngine", "server_sync")
+    extension = check(rollout, "WeightSyncWorkerExtension", "server_sync")
     for method, params in {
         "init_communicator": ("self", "host", "port", "world_size"),
         "update_flattened_params": ("self", "metadatas"),
@@ -180,15 +143,13 @@ def check_server_seam(rollout: Any = None) -> None:
         "process_weights_after_loading": ("self",),
         "close_communicator": ("self",),
     }.items():
-        _params(_need(extension, method, "WeightSyncWorkerExtension"), params, f"WeightSyncWorkerExtension.{method}")
-    init = _source(extension.init_communicator)
-    if "StatelessProcessGroup.create(host=host" not in init or "self.client_rank = world_size - 1" not in init:
-        raise SeamChanged("WeightSyncWorkerExtension.init_communicator changed how it joins the group; "
-                          "update aworld_swift/server_worker.py")
+        check(extension, method, "server_sync", params)
+    check(extension, "init_communicator", "server_worker", (),  # how it joins the group
+          ("StatelessProcessGroup.create(host=host", "self.client_rank = world_size - 1"))
 
 
 def check_seams() -> None:
-    """Raise :class:`SeamChanged` unless ms-swift still has every function this module wraps."""
+    """Raise :class:`aworld_swift.seams.SeamChanged` unless ms-swift still has every function this module wraps."""
     check_trainer_seam()
     check_server_seam()
 

@@ -20,25 +20,16 @@ Tied embeddings: ``lm_head.weight`` is given the embedding's values when the sta
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from aworld_swift.seams import check
+
 LM_HEAD = "lm_head.weight"
 EMBED_SUFFIX = "embed_tokens.weight"
-# the private names this module relies on: (attribute of rollout_mixin, parameters it must take)
-SEAMS = {
-    "RolloutTrainerMixin._move_full_model_to_vllm": ("self",),
-    "RolloutTrainerMixin._load_state_dict_to_vllm": ("self", "state_dict"),
-    "finish_vllm_weight_reload": ("vllm_model", "model_config", "target_device"),
-}
 _COLLECT = "_aworld_cpu_vllm_weights"
 _installed = False
-
-
-class SeamChanged(RuntimeError):
-    """ms-swift's weight-sync seam is not what :mod:`aworld_swift.vllm_cpu_sync` was written for."""
 
 
 def _rollout_mixin() -> Any:
@@ -48,24 +39,13 @@ def _rollout_mixin() -> Any:
 
 
 def check_seams() -> None:
-    """Raise :class:`SeamChanged` unless ms-swift still has the functions this patch wraps."""
+    """Raise :class:`aworld_swift.seams.SeamChanged` unless ms-swift still has the functions this patch wraps."""
     module = _rollout_mixin()
-    for dotted, params in SEAMS.items():
-        target: Any = module
-        for part in dotted.split("."):
-            target = getattr(target, part, None)
-            if target is None:
-                raise SeamChanged(f"swift.rlhf_trainers.rollout_mixin.{dotted} is gone (ms-swift changed its "
-                                  "colocate weight sync); update aworld_swift/vllm_cpu_sync.py")
-        names = tuple(inspect.signature(target).parameters)
-        if names[: len(params)] != params:
-            raise SeamChanged(f"swift.rlhf_trainers.rollout_mixin.{dotted} takes {names}, expected {params} first; "
-                              "update aworld_swift/vllm_cpu_sync.py")
-    source = inspect.getsource(module.RolloutTrainerMixin._move_full_model_to_vllm)
-    for needed in ("self._load_state_dict_to_vllm(", "finish_vllm_weight_reload("):
-        if needed not in source:
-            raise SeamChanged(f"_move_full_model_to_vllm no longer calls {needed[:-1]}; "
-                              "update aworld_swift/vllm_cpu_sync.py")
+    mixin = check(module, "RolloutTrainerMixin", "vllm_cpu_sync")
+    check(mixin, "_move_full_model_to_vllm", "vllm_cpu_sync", ("self",),
+          ("self._load_state_dict_to_vllm(", "finish_vllm_weight_reload("))
+    check(mixin, "_load_state_dict_to_vllm", "vllm_cpu_sync", ("self", "state_dict"))
+    check(module, "finish_vllm_weight_reload", "vllm_cpu_sync", ("vllm_model", "model_config", "target_device"))
 
 
 def model_runner(engine: Any) -> Any:
