@@ -45,7 +45,7 @@ from aworld_verl.cpu_plan import (
     server_spec,
     server_url,
 )
-from aworld_verl.launch import AWORLD_KEY, BACKEND
+from aworld_verl.launch import AWORLD_KEY, BACKEND, _lookup
 
 RAW_METRICS = "verl/metrics_raw.jsonl"  # verl's file logger (rewritten by each run)
 METRICS = "metrics.jsonl"
@@ -258,13 +258,6 @@ def _test_samples(job: Any) -> list[Any]:
     return load_dataset_section(job.test_dataset, job.base_dir)
 
 
-def _setting(plan: LaunchPlan, key: str, default: Any = None) -> Any:
-    for spelling in (key, f"+{key}", f"++{key}"):
-        if spelling in plan.config:
-            return plan.config[spelling]
-    return default
-
-
 def evaluate_model(job: Any, plan: LaunchPlan, options: VerlOptions, model_dir: str, samples: list[Any],
                    output_dir: Path, when: str) -> Any:
     """Greedy held-out evaluation of ``model_dir`` with the core's ``evaluate`` on the HF engine
@@ -287,7 +280,7 @@ def evaluate_model(job: Any, plan: LaunchPlan, options: VerlOptions, model_dir: 
     try:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         model.eval()
-        budget = int(_setting(plan, "data.max_response_length", 512))
+        budget = int(_lookup(plan.config, "data.max_response_length", 512))
         concurrency = options.eval_concurrency or job.rollout.concurrency
         engine = HFTokenEngine(model, tokenizer, max_new_tokens=budget, batch_window_s=0.02,
                                max_batch_size=concurrency)

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -270,16 +271,12 @@ def check_v0_groups(overrides: dict[str, Any]) -> None:
     if workers is None or workers <= 1:
         return
     problems: list[tuple[str, object, str]] = []
-    gen_size = _as_int(_lookup(overrides, "data.gen_batch_size"))
-    train_key = "data.gen_batch_size" if gen_size else "data.train_batch_size"
-    train_size = gen_size or _as_int(_lookup(overrides, "data.train_batch_size"))
-    train_n = _as_int(_lookup(overrides, "actor_rollout_ref.rollout.n", 1)) or 1
-    if train_size is not None and train_n > 1 and train_size % workers:
-        problems.append((train_key, train_size, f"a multiple of {NUM_WORKERS_KEY}={workers}"))
-    val_size = _as_int(_lookup(overrides, "data.val_batch_size"))
-    val_n = _as_int(_lookup(overrides, "actor_rollout_ref.rollout.val_kwargs.n", 1)) or 1
-    if val_size is not None and val_n > 1 and val_size % workers:
-        problems.append(("data.val_batch_size", val_size, f"a multiple of {NUM_WORKERS_KEY}={workers}"))
+    train_key = "data.gen_batch_size" if _as_int(_lookup(overrides, "data.gen_batch_size")) else "data.train_batch_size"
+    for key, n_key in ((train_key, "actor_rollout_ref.rollout.n"),
+                       ("data.val_batch_size", "actor_rollout_ref.rollout.val_kwargs.n")):
+        size = _as_int(_lookup(overrides, key))
+        if size is not None and (_as_int(_lookup(overrides, n_key, 1)) or 1) > 1 and size % workers:
+            problems.append((key, size, f"a multiple of {NUM_WORKERS_KEY}={workers}"))
     if not problems:
         return
     settings = ", ".join(f"{key}={value}" for key, value, _ in problems)
@@ -391,18 +388,25 @@ def write_datasets(job: Any, output_dir: Path) -> dict[str, str]:
 def launch(job: Any, plan: LaunchPlan) -> TrainResult:
     """Write the parquet files, then run the plan (files, command) as the core does; with a
     rollout server of its own (a CPU machine), ``aworld_verl.external_launch`` runs it."""
-    from aworld_core.launch import execute_plan
-
     missing = missing_for_launch(job)
     if missing:
         raise UsageError(f"the verl backend cannot launch this job: set {' and '.join(missing)} in the job config")
-    output_dir = Path(plan.cwd) if plan.cwd else job.resolved_output_dir()
+    return run_with_datasets(job, plan, write_datasets)
+
+
+def run_with_datasets(job: Any, plan: LaunchPlan, write: Callable[[Any, Path], dict[str, str]]) -> TrainResult:
+    """``write(job, output_dir)`` (the RL or the SFT parquet), then the plan; what it wrote joins the
+    result's artifacts."""
+    from aworld_core.launch import execute_plan
+
+    output_dir = Path(plan.cwd) if plan.cwd else Path(job.resolved_output_dir())
     output_dir.mkdir(parents=True, exist_ok=True)
-    if (plan.config.get(AWORLD_KEY) or {}).get("external"):
+    datasets = write(job, output_dir)
+    planned = plan.config.get(AWORLD_KEY)  # an RL plan's rollout server of its own (an SFT plan has none)
+    if isinstance(planned, dict) and planned.get("external"):
         from aworld_verl.external_launch import launch_external
 
-        return launch_external(job, plan, output_dir, write_datasets(job, output_dir))
-    datasets = write_datasets(job, output_dir)
+        return launch_external(job, plan, output_dir, datasets)
     result = execute_plan(plan, output_dir)
     result.artifacts.update(datasets)
     return result

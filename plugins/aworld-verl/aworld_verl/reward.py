@@ -21,7 +21,7 @@ from typing import Any
 
 from aworld_core.errors import UsageError
 from aworld_core.schemas import Episode, EpisodeStatus, Sample
-from aworld_verl.rows import GROUND_TRUTH_JSON, SAMPLE_ID, plain
+from aworld_verl.rows import SAMPLE_ID, ground_truth_of, plain
 
 REWARD_ENV = "AWORLD_VERL_REWARD"
 BASE_DIR_ENV = "AWORLD_VERL_REWARD_BASE_DIR"
@@ -62,15 +62,10 @@ def compute_score(
         )
     base_dir = aworld_base_dir or os.environ.get(BASE_DIR_ENV) or None
     reward = _resolved(str(name), base_dir, aworld_trajectory_aware)
-    if extra.get(GROUND_TRUTH_JSON) and isinstance(ground_truth, str):
-        import json
-
-        ground_truth = json.loads(ground_truth)
-    ground_truth = plain(ground_truth)
     sample = Sample(
         id=str(extra.get(SAMPLE_ID, "verl-row")),
         prompt=[],
-        ground_truth=ground_truth,
+        ground_truth=ground_truth_of({"ground_truth": ground_truth}, extra),  # JSON-decoded as the row's
         data_source=str(data_source),
         extra_info=extra,
     )

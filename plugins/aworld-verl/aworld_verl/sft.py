@@ -22,7 +22,7 @@ from typing import Any
 from aworld_core.config import flatten_dotted
 from aworld_core.errors import UsageError
 from aworld_core.schemas import LaunchPlan, TrainResult
-from aworld_verl.launch import BACKEND, _lookup, _merge, _pythonpath, hydra_value
+from aworld_verl.launch import BACKEND, _lookup, _merge, _pythonpath, hydra_value, run_with_datasets
 
 TRAIN_PARQUET = "verl/sft/train.parquet"
 VAL_PARQUET = "verl/sft/val.parquet"
@@ -97,13 +97,6 @@ def write_sft_datasets(job: Any, output_dir: Path) -> dict[str, str]:
 
 
 def launch_sft(job: Any, plan: LaunchPlan) -> TrainResult:
-    from aworld_core.launch import execute_plan
-
     if job.model is None and plan.config.get("model.path") is None:
         raise UsageError("the verl backend cannot launch this SFT job: set model.path")
-    output_dir = Path(plan.cwd) if plan.cwd else Path(job.resolved_output_dir())
-    output_dir.mkdir(parents=True, exist_ok=True)
-    datasets = write_sft_datasets(job, output_dir)
-    result = execute_plan(plan, output_dir)
-    result.artifacts.update(datasets)
-    return result
+    return run_with_datasets(job, plan, write_sft_datasets)
