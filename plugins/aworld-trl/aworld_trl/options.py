@@ -45,7 +45,6 @@ _GENERATION_ONLY = {
 # ``VLLMTokenEngine`` (vLLM's async engine, colocated in this process's machine, weights synced from
 # the trained model every step) instead of the HF engine; these keys configure it. They never reach
 # GRPOConfig, so TRL builds no engine of its own. A key set without ``use_vllm`` would do nothing.
-_VLLM_TAKEN = ("vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_model_impl")
 _VLLM_FIXED = {  # what our engine is; another value is refused
     "vllm_mode": "colocate",
     "vllm_tensor_parallel_size": 1,
@@ -217,7 +216,6 @@ def free_cpus() -> int:
     load ~0.9, and 3-7x slower at load 5-7 (OpenMP threads waiting for cores).
     """
     import math
-    import os
 
     cpus = os.cpu_count() or 1
     try:
@@ -399,14 +397,12 @@ def check_section(job: Any) -> TrlOptions:
         with warnings.catch_warnings():  # TRL's own use of a name transformers 5 deprecates (see trainer.py)
             warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
             config, options = grpo_config(job, Path(job.resolved_output_dir()))
-        if getattr(job, "policies", None):  # several policies: what this path trains exactly, or refused
-            from aworld_trl.multi_policy import check_multi_policy
-
-            check_multi_policy(job, options, config)
-    elif getattr(job, "policies", None):
+    else:
+        config = None
+    if getattr(job, "policies", None):  # several policies: what this path trains exactly, or refused
         from aworld_trl.multi_policy import check_multi_policy
 
-        check_multi_policy(job, options)
+        check_multi_policy(job, options, config)
     return options
 
 
@@ -476,21 +472,9 @@ def require_vllm() -> None:
         )
 
 
-def grpo_config(job: Any, output_dir: Path) -> tuple[Any, TrlOptions]:
-    """The ``GRPOConfig`` for ``job`` and our options. Raises ``ConfigError`` on bad keys or values."""
-    from trl import GRPOConfig
-
-    arguments, options = split_section(grpo_arguments(job))
-    refuse_sharded_training(arguments, job)
-    check_config_keys(arguments, GRPOConfig, f"Every key of backends.trl except '{SECTION}' is passed to trl.GRPOConfig")
-    options.vllm = split_vllm(arguments)
-    for key, default in _GENERATION_ONLY.items():
-        if key in arguments and arguments[key] != default:
-            raise ConfigError(
-                f"backends.trl.{key}={arguments[key]!r} only affects TRL's own generation, which the aworld "
-                f"rollout replaces (episodes sample through the core's token engine); remove it",
-                [(f"backends.trl.{key}", arguments[key], f"{default!r} (unsupported)")],
-            )
+def trl_defaults(job: Any, output_dir: Path, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """What the job fills into a TRL config (``GRPOConfig``, ``SFTConfig``) that ``backends.trl``
+    (``arguments``) leaves out; on a machine without a GPU, fp32 on the CPU (bf16/fp16 refused)."""
     defaults: dict[str, Any] = {
         "output_dir": str(output_dir / "trl"),
         "logging_steps": 1,
@@ -506,6 +490,25 @@ def grpo_config(job: Any, output_dir: Path) -> tuple[Any, TrlOptions]:
                 [("backends.trl.bf16", arguments.get("bf16") or arguments.get("fp16"), "false on a CPU")],
             )
         defaults.update(use_cpu=True, bf16=False)
+    return defaults
+
+
+def grpo_config(job: Any, output_dir: Path) -> tuple[Any, TrlOptions]:
+    """The ``GRPOConfig`` for ``job`` and our options. Raises ``ConfigError`` on bad keys or values."""
+    from trl import GRPOConfig
+
+    arguments, options = split_section(grpo_arguments(job))
+    refuse_sharded_training(arguments, job)
+    check_config_keys(arguments, GRPOConfig, f"Every key of backends.trl except '{SECTION}' is passed to trl.GRPOConfig")
+    options.vllm = split_vllm(arguments)
+    for key, default in _GENERATION_ONLY.items():
+        if key in arguments and arguments[key] != default:
+            raise ConfigError(
+                f"backends.trl.{key}={arguments[key]!r} only affects TRL's own generation, which the aworld "
+                f"rollout replaces (episodes sample through the core's token engine); remove it",
+                [(f"backends.trl.{key}", arguments[key], f"{default!r} (unsupported)")],
+            )
+    defaults = trl_defaults(job, output_dir, arguments)
     if getattr(job, "policies", None):  # several adapters: TRL's defaults that cannot train them (multi_policy)
         from aworld_trl.multi_policy import config_defaults
 

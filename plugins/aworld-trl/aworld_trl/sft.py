@@ -20,22 +20,18 @@ and ``summary.json`` are written beside the run, as for GRPO.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import json
-import os
 import re
-import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import TrainResult
-from aworld_trl.trainer import TrlRun, _fmt, _process_age_s
+from aworld_trl.trainer import TrlRun, _fmt, _mean
 
 GRPO_ONLY_OPTIONS = frozenset({"trajectory_every", "rollout_torch_threads"})  # our options SFT has no use for
 GENERATION_MARK = re.compile(r"{%-?\s*generation\s*-?%}")
+SFT_KEYS = "In an SFT job (sft: set) every key of backends.trl except 'aworld' is passed to trl.SFTConfig"
 DEFAULT_EVAL_MAX_TOKENS = 128  # per reply in the held-out evaluation when agent.max_tokens is unset
 
 
@@ -80,8 +76,7 @@ def check_sft_section(job: Any) -> Any:
 
         from aworld_trl.options import check_config_keys
 
-        check_config_keys(arguments, SFTConfig, "In an SFT job (sft: set) every key of backends.trl except "
-                          "'aworld' is passed to trl.SFTConfig")
+        check_config_keys(arguments, SFTConfig, SFT_KEYS)
     return options
 
 
@@ -89,20 +84,11 @@ def sft_config(job: Any, output_dir: Path, form: str, has_val: bool) -> tuple[An
     """The ``SFTConfig`` for ``job`` (``form``: tokens or messages) and our options."""
     from trl import SFTConfig
 
-    from aworld_trl.options import _has_gpu, refuse_sharded_training, split_section
+    from aworld_trl.options import check_config_keys, refuse_sharded_training, split_section, trl_defaults
 
     arguments, options = split_section(job.backend_section("trl"))
     refuse_sharded_training(arguments, job)
-    known = {f.name for f in dataclasses.fields(SFTConfig) if f.init}
-    unknown = sorted(set(arguments) - known)
-    if unknown:
-        hints = [f"'{k}'" + (f" (did you mean {', '.join(c)}?)" if (c := difflib.get_close_matches(k, sorted(known), n=3))
-                             else "") for k in unknown]
-        raise ConfigError(
-            f"backends.trl has keys TRL's SFTConfig does not know: {', '.join(hints)}. In an SFT job (sft: set) "
-            f"every key of backends.trl except 'aworld' is passed to trl.SFTConfig",
-            [(f"backends.trl.{key}", arguments[key], "a trl.SFTConfig field") for key in unknown],
-        )
+    check_config_keys(arguments, SFTConfig, SFT_KEYS)
     loss_keys = {"tokens": ("completion_only_loss", True), "messages": ("assistant_only_loss", True)}
     key, value = loss_keys[form]
     if key in arguments and arguments[key] is not value:
@@ -114,22 +100,9 @@ def sft_config(job: Any, output_dir: Path, form: str, has_val: bool) -> tuple[An
     if arguments.get("packing"):
         raise ConfigError("backends.trl.packing: packing is not supported for SFT on trajectories (it would mix "
                           "episodes in one sequence); remove it", [("backends.trl.packing", True, "false")])
-    defaults: dict[str, Any] = {
-        "output_dir": str(output_dir / "trl"),
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "report_to": list(job.logging.report_to) or "none",
-        "seed": job.seed,
-        "disable_tqdm": True,
-        key: True,
-    }
+    defaults = {**trl_defaults(job, output_dir, arguments), key: True}
     if has_val:
         defaults.update(eval_strategy="steps", eval_steps=0.1)
-    if not _has_gpu():
-        if arguments.get("bf16") or arguments.get("fp16"):
-            raise ConfigError("backends.trl asks for bf16/fp16 but this machine has no GPU; remove them",
-                              [("backends.trl.bf16", True, "false on a CPU")])
-        defaults.update(use_cpu=True, bf16=False)
     try:
         config = SFTConfig(**{**defaults, **arguments})
     except (ValueError, TypeError) as exc:
@@ -195,27 +168,19 @@ class SftRun(TrlRun):
     """One SFT run: load, evaluate before, ``SFTTrainer.train``, evaluate after, write, summarize."""
 
     def run(self) -> TrainResult:
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+        self._quiet()
         import datasets
 
         datasets.disable_progress_bars()  # TRL's dataset preparation bars would bury ours
         from aworld_core.datasets import load_dataset_section
         from aworld_core.worker import LoopThread
-        from aworld_trl.options import apply_torch_threads
 
         self.output_dir.mkdir(parents=True, exist_ok=True)
         check_sft_section(self.job)
         train_episodes, val_episodes = _episodes(self.job, "train"), _episodes(self.job, "val")
         form = choose_form(self.job.sft.format, train_episodes + val_episodes)
         args, options = sft_config(self.job, self.output_dir, form, bool(val_episodes))
-        self.options = options
-        threads = apply_torch_threads(options.torch_threads)
-        if threads is not None:
-            self.metrics["torch_threads"] = threads
+        self._use_options(options)
         model, tokenizer = self._load_model()
         if self.job.model.chat_template:
             tokenizer.chat_template = Path(self.job.resolve_path(self.job.model.chat_template)).read_text(encoding="utf-8")
@@ -259,14 +224,10 @@ class SftRun(TrlRun):
 
     def _evaluator(self, model: Any, tokenizer: Any) -> Any:
         from aworld_core.rewards import RewardStats
-        from aworld_core.tokens import HFTokenEngine
         from aworld_core.worker import EpisodeRunner, build_agent, build_token_llm
 
-        max_tokens = self.job.agent.max_tokens or DEFAULT_EVAL_MAX_TOKENS
         concurrency = self.options.eval_concurrency or self.job.rollout.concurrency
-        engine = HFTokenEngine(model, tokenizer, max_new_tokens=max_tokens,
-                               batch_window_s=self.options.engine_batch_window_s,
-                               max_batch_size=self.options.engine_max_batch_size or concurrency)
+        engine = self._hf_engine(model, tokenizer, self.job.agent.max_tokens or DEFAULT_EVAL_MAX_TOKENS, concurrency)
         # max_tokens bounds each reply, not the episode: its replies and tool results together are longer
         llm = build_token_llm(engine, tokenizer, self.job)
         return EpisodeRunner.from_job(self.job, llm, agent=build_agent(self.job), stats=RewardStats(),
@@ -275,14 +236,9 @@ class SftRun(TrlRun):
     def _sft_trainer(self, model: Any, tokenizer: Any, args: Any, train_rows: list[dict[str, Any]],
                      val_rows: list[dict[str, Any]]) -> tuple[Any, Any]:
         from datasets import Dataset
-        from transformers import PrinterCallback, ProgressCallback
         from trl import SFTTrainer
 
-        from aworld_trl.options import refuse_sharded_trainer
-
-        progress = sft_progress_class()(self.output_dir / "metrics.jsonl", enabled=self.options.progress,
-                                        print_every=self.options.print_every)
-        self.artifacts["metrics"] = str(self.output_dir / "metrics.jsonl")
+        progress = self._progress(sft_progress_class())
         trainer = SFTTrainer(
             model=model,
             args=args,
@@ -291,13 +247,10 @@ class SftRun(TrlRun):
             processing_class=tokenizer,
             callbacks=[progress],
         )
-        refuse_sharded_trainer(trainer)
-        trainer.remove_callback(ProgressCallback)
-        trainer.remove_callback(PrinterCallback)
-        return trainer, progress
+        return self._wired(trainer), progress
 
     def _finish_sft(self, history: list[dict[str, Any]], before: Any, after: Any) -> None:
-        from aworld_trl.plots import SFT_PANELS, plot_metrics
+        from aworld_core.plots import SFT_PANELS
 
         losses = [r["loss"] for r in history if isinstance(r.get("loss"), (int, float))]
         val = [r["eval_loss"] for r in history if isinstance(r.get("eval_loss"), (int, float))]
@@ -308,31 +261,12 @@ class SftRun(TrlRun):
             "loss/end": _mean(losses[-window:]),
             "eval_loss/first": val[0] if val else None,
             "eval_loss/last": val[-1] if val else None,
-            "train_seconds": round(time.perf_counter() - self.started, 1),
-            "process_seconds": round(_process_age_s() or (time.perf_counter() - self.started), 1),
         })
-        acc_before = before.accuracy if before is not None else None
-        acc_after = after.accuracy if after is not None else None
-        if self.options.plot and history:
-            plot = plot_metrics(history, self.output_dir / "metrics.png", title=self.job.name,
-                                accuracy=(acc_before, acc_after), panels=SFT_PANELS)
-            if plot is not None:
-                self.artifacts["plot"] = str(plot)
         line = (f"summary: SFT loss {_fmt(self.metrics['loss/start'])} -> {_fmt(self.metrics['loss/end'])} "
                 f"(mean of first/last {window} logged steps)")
         if val:
             line += f"; validation loss {val[0]:.3f} -> {val[-1]:.3f}"
-        if acc_before is not None or acc_after is not None:
-            line += f"; held-out accuracy {_fmt(acc_before)} -> {_fmt(acc_after)} ({(after or before).n} tasks, greedy)"
-        line += f"; {self.metrics['process_seconds']:.0f}s in all"
-        print(line, flush=True)
-        for name, path in self.artifacts.items():
-            print(f"  {name}: {path}", flush=True)
-        if self.options.targets is not None:
-            self._check_targets(acc_before, acc_after, None)
-        (self.output_dir / "summary.json").write_text(
-            json.dumps({"metrics": self.metrics, "artifacts": self.artifacts}, indent=2), encoding="utf-8"
-        )
+        self._summarize(history, before, after, line, None, panels=SFT_PANELS)
 
 
 def sft_progress_class() -> type:
@@ -362,6 +296,3 @@ def sft_progress_class() -> type:
 
     return SftProgress
 
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None

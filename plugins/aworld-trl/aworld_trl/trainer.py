@@ -84,6 +84,32 @@ class TrlRun:
         model = AutoModelForCausalLM.from_pretrained(str(model_path))
         return model, tokenizer
 
+    def _quiet(self) -> None:
+        """Keep the terminal to our progress bar and lines (a GRPO and an SFT run alike)."""
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        # TRL 1.16 calls transformers 5's deprecated gradient_checkpointing names on every step;
+        # the user can do nothing about it, so it must not bury the progress bar
+        warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # weight loading/saving bars would interleave with ours
+
+    def _use_options(self, options: Any) -> None:
+        """The run's ``backends.trl.aworld`` options; torch's threads set from them."""
+        from aworld_trl.options import apply_torch_threads
+
+        self.options = options
+        threads = apply_torch_threads(options.torch_threads)
+        if threads is not None:
+            self.metrics["torch_threads"] = threads
+
+    def _hf_engine(self, model: Any, tokenizer: Any, max_new_tokens: int | None, concurrency: int) -> Any:
+        from aworld_core.tokens import HFTokenEngine
+
+        return HFTokenEngine(model, tokenizer, max_new_tokens=max_new_tokens,
+                             batch_window_s=self.options.engine_batch_window_s,
+                             max_batch_size=self.options.engine_max_batch_size or concurrency)
+
     def _samples(self) -> tuple[list[Any], list[Any] | None]:
         from aworld_core.datasets import load_dataset_section
 
@@ -96,25 +122,17 @@ class TrlRun:
     # -- the run --------------------------------------------------------------------------------
 
     def run(self) -> TrainResult:
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         _quiet_trl_unscored_warning()
-        # TRL 1.16 calls transformers 5's deprecated gradient_checkpointing names on every step;
-        # the user can do nothing about it, so it must not bury the progress bar
-        warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # weight loading/saving bars would interleave with ours
+        self._quiet()
         from aworld_core.export import JsonlEpisodeWriter
         from aworld_core.rewards import RewardStats
-        from aworld_core.tokens import HFTokenEngine
         from aworld_core.worker import EpisodeRunner, FailedSteps, LoopThread, build_agent, build_token_llm
-        from aworld_trl.options import apply_torch_threads, grpo_config
+        from aworld_trl.options import grpo_config
         from aworld_trl.rollout import AworldRollout, trl_sampling
 
         self._check_job()
         self.output_dir.mkdir(parents=True, exist_ok=True)
         args, options = grpo_config(self.job, self.output_dir)
-        self.options = options
         self.policies: list[str] | None = None  # several policies: the trained adapters (aworld_trl.multi_policy)
         if self.job.policies:
             from aworld_core.policies import trained_policies
@@ -122,9 +140,7 @@ class TrlRun:
 
             check_multi_policy(self.job, options, args)
             self.policies = trained_policies(self.job)
-        threads = apply_torch_threads(options.torch_threads)
-        if threads is not None:
-            self.metrics["torch_threads"] = threads
+        self._use_options(options)
         train_samples, test_samples = self._samples()
         agent = build_agent(self.job)
         model, tokenizer = self._load_model()
@@ -137,13 +153,7 @@ class TrlRun:
         if options.vllm is not None:  # backends.trl.use_vllm: vLLM samples, weights synced every step
             engine = self._vllm_engine(args, options.vllm)
         else:
-            engine = HFTokenEngine(
-                model,
-                tokenizer,
-                max_new_tokens=args.max_completion_length,
-                batch_window_s=options.engine_batch_window_s,
-                max_batch_size=options.engine_max_batch_size or concurrency,
-            )
+            engine = self._hf_engine(model, tokenizer, args.max_completion_length, concurrency)
         if self.policies is not None:  # one token client per policy, each agent routed to its own
             from aworld_trl.multi_policy import build_router
 
@@ -230,18 +240,13 @@ class TrlRun:
 
     def _trainer(self, model: Any, tokenizer: Any, args: Any, rollout: Any) -> tuple[Any, Any]:
         from datasets import Dataset
-        from transformers import PrinterCallback, ProgressCallback
 
         from aworld_trl.async_grpo import async_trainer_class
         from aworld_trl.grpo import trainer_class
-        from aworld_trl.options import refuse_sharded_trainer
         from aworld_trl.progress import callback_class
         from aworld_trl.rollout import make_reward_func
 
-        progress = callback_class()(
-            self.output_dir / "metrics.jsonl", enabled=self.options.progress, print_every=self.options.print_every
-        )
-        self.artifacts["metrics"] = str(self.output_dir / "metrics.jsonl")
+        progress = self._progress(callback_class())
         reward_name = self.job.reward.name.rsplit(":", 1)[-1].rsplit("/", 1)[-1] or "reward"
         lora = self.options.lora
         cls = async_trainer_class() if self.options.async_rollout is not None else trainer_class()
@@ -257,11 +262,25 @@ class TrlRun:
             # so the engine that samples from ``model`` samples from the adapted policy
             peft_config=lora.peft_config() if lora is not None else None,
         )
-        refuse_sharded_trainer(trainer)  # whatever set accelerate up (an accelerate config, env)
         trainer.aworld_policies = self.policies
+        return self._wired(trainer), progress
+
+    def _progress(self, cls: type) -> Any:
+        """Our progress callback (``cls``), writing ``metrics.jsonl``."""
+        self.artifacts["metrics"] = str(self.output_dir / "metrics.jsonl")
+        return cls(self.output_dir / "metrics.jsonl", enabled=self.options.progress, print_every=self.options.print_every)
+
+    def _wired(self, trainer: Any) -> Any:
+        """``trainer`` checked for parameter sharding (whatever set accelerate up: an accelerate config,
+        env) and with transformers' own progress bar and printing replaced by ours."""
+        from transformers import PrinterCallback, ProgressCallback
+
+        from aworld_trl.options import refuse_sharded_trainer
+
+        refuse_sharded_trainer(trainer)
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)
-        return trainer, progress
+        return trainer
 
     def _evaluate(self, runner: Any, loop: Any, samples: list[Any] | None, when: str, model: Any) -> Any:
         from aworld_core.evaluate import tool_use_rate
@@ -281,8 +300,6 @@ class TrlRun:
     # -- the end --------------------------------------------------------------------------------
 
     def _finish(self, history: list[dict[str, Any]], before: Any, after: Any) -> None:
-        from aworld_trl.plots import plot_metrics
-
         window = self.options.summary_window
         rewards = [r["reward"] for r in history if isinstance(r.get("reward"), (int, float))]
         tools = [r["aworld/tool_call_rate"] for r in history if isinstance(r.get("aworld/tool_call_rate"), (int, float))]
@@ -294,21 +311,28 @@ class TrlRun:
             "reward/end": end_reward,
             "tool_call_rate/start": _mean(tools[:window]),
             "tool_call_rate/end": _mean(tools[-window:]),
+        })
+        line = f"summary: training reward {_fmt(start_reward)} -> {_fmt(end_reward)} (mean of first/last {window} steps)"
+        self._summarize(history, before, after, line, end_reward, memory=True)
+
+    def _summarize(self, history: list[dict[str, Any]], before: Any, after: Any, line: str,
+                   end_reward: float | None, *, panels: Any = None, memory: bool = False) -> None:
+        """The end of a run (GRPO or SFT): timings, ``metrics.png``, the summary ``line`` completed
+        with held-out accuracy and printed, the targets, ``summary.json``."""
+        from aworld_core.plots import PANELS, plot_metrics
+
+        self.metrics.update({
             "train_seconds": round(time.perf_counter() - self.started, 1),
             "process_seconds": round(_process_age_s() or (time.perf_counter() - self.started), 1),
-            **_memory_metrics(),
+            **(_memory_metrics() if memory else {}),
         })
         acc_before = before.accuracy if before is not None else None
         acc_after = after.accuracy if after is not None else None
         if self.options.plot and history:
             plot = plot_metrics(history, self.output_dir / "metrics.png", title=self.job.name,
-                                accuracy=(acc_before, acc_after))
+                                accuracy=(acc_before, acc_after), panels=panels or PANELS)
             if plot is not None:
                 self.artifacts["plot"] = str(plot)
-        line = (
-            f"summary: training reward {_fmt(start_reward)} -> {_fmt(end_reward)} "
-            f"(mean of first/last {window} steps)"
-        )
         if acc_before is not None or acc_after is not None:
             n = (after or before).n
             line += f"; held-out accuracy {_fmt(acc_before)} -> {_fmt(acc_after)} ({n} tasks, greedy)"
