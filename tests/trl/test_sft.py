@@ -174,7 +174,7 @@ def test_grpo_only_options_are_refused_in_an_sft_job(episode_files, tmp_path):
 
 
 def test_plots_have_a_loss_panel_with_validation_loss(tmp_path):
-    from aworld_trl.plots import PANELS, SFT_PANELS, plot_metrics
+    from aworld_core.plots import PANELS, SFT_PANELS, plot_metrics
 
     assert ("loss", "loss") in PANELS  # the GRPO plot (make demo's metrics.png) draws the loss too
     history = [{"step": s, "loss": 1.0 / s, "reward": s / 10} for s in range(1, 11)]
