@@ -33,6 +33,14 @@ import torch
 PLATFORM_NAME = "cpu"
 
 
+# memory: a CPU has no device allocator to report or release (each call's answer)
+_NO_DEVICE_MEMORY: dict[str, Any] = {
+    "empty_cache": None, "ipc_collect": None, "reset_peak_memory_stats": None, "set_per_process_memory_fraction": None,
+    "mem_get_info": (0, 0), "memory_allocated": 0, "memory_reserved": 0, "max_memory_allocated": 0,
+    "max_memory_reserved": 0,
+}
+
+
 class _CpuDeviceModule(types.ModuleType):
     """``torch.cpu`` with the device calls verl makes that it lacks (no-ops on a CPU)."""
 
@@ -40,53 +48,17 @@ class _CpuDeviceModule(types.ModuleType):
         super().__init__("aworld_verl.cpu_device", "torch.cpu plus no-op accelerator calls for verl")
 
     def __getattr__(self, name: str) -> Any:
+        if name in _NO_DEVICE_MEMORY:
+            answer = _NO_DEVICE_MEMORY[name]
+            return lambda *args, **kwargs: answer
         return getattr(torch.cpu, name)
-
-    # memory: a CPU has no device allocator to report or release
-    @staticmethod
-    def empty_cache() -> None:
-        return None
-
-    @staticmethod
-    def ipc_collect() -> None:
-        return None
-
-    @staticmethod
-    def mem_get_info(device: Any = None) -> tuple[int, int]:
-        return 0, 0
-
-    @staticmethod
-    def memory_allocated(device: Any = None) -> int:
-        return 0
-
-    @staticmethod
-    def memory_reserved(device: Any = None) -> int:
-        return 0
-
-    @staticmethod
-    def max_memory_allocated(device: Any = None) -> int:
-        return 0
-
-    @staticmethod
-    def max_memory_reserved(device: Any = None) -> int:
-        return 0
-
-    @staticmethod
-    def reset_peak_memory_stats(device: Any = None) -> None:
-        return None
-
-    @staticmethod
-    def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
-        return None
 
     # RNG: the CPU generator is torch's default one
     @staticmethod
     def manual_seed(seed: int) -> None:
         torch.manual_seed(seed)
 
-    @staticmethod
-    def manual_seed_all(seed: int) -> None:
-        torch.manual_seed(seed)
+    manual_seed_all = manual_seed
 
     @staticmethod
     def get_rng_state(device: Any = None) -> torch.Tensor:
@@ -141,23 +113,17 @@ def _platform_class() -> type:
         def device_count(self) -> int:
             return 1
 
-        def set_device(self, device_index: int) -> None:
+        def _nothing(self, *args: Any, **kwargs: Any) -> None:
             return None
 
-        def synchronize(self, device_index: int | None = None) -> None:
-            return None
+        # one device, no allocator, no CUDA runtime, no profiler: nothing to do
+        set_device = synchronize = set_allocator_settings = empty_cache = _nothing
+        profiler_start = profiler_stop = cudart = _nothing
 
         def manual_seed(self, seed: int) -> None:
             torch.manual_seed(seed)
 
-        def manual_seed_all(self, seed: int) -> None:
-            torch.manual_seed(seed)
-
-        def set_allocator_settings(self, settings: str) -> None:
-            return None
-
-        def empty_cache(self) -> None:
-            return None
+        manual_seed_all = manual_seed
 
         def get_device_capability(self, device_index: int = 0) -> tuple[int | None, int | None]:
             return None, None
@@ -172,12 +138,6 @@ def _platform_class() -> type:
         def nvtx_range(self, msg: str):  # type: ignore[override]
             yield
 
-        def profiler_start(self) -> None:
-            return None
-
-        def profiler_stop(self) -> None:
-            return None
-
         def ray_resource_name(self) -> str:
             return "GPU"
 
@@ -186,9 +146,6 @@ def _platform_class() -> type:
 
         def is_ipc_supported(self) -> bool:
             return False
-
-        def cudart(self) -> Any:
-            return None
 
     PlatformCPU.__module__ = __name__
     PlatformCPU.__qualname__ = "PlatformCPU"

@@ -251,33 +251,16 @@ class ExternalVllmServer:
 
     resume_engine_generation = resume_generation
 
-    async def open_submission_gate(self) -> None:
-        return None
-
-    async def wait_for_requests_to_drain(self) -> None:
-        return None
-
     async def clear_kv_cache(self) -> None:
         await self._post("/reset_prefix_cache")
 
-    # the server keeps its weights and cache between steps: nothing to release or restore
-    async def sleep(self) -> None:
+    async def _nothing(self, *args: Any, **kwargs: Any) -> None:
         return None
 
-    async def wake_up(self, tags: list[str] | None = None) -> None:
-        return None
-
-    async def release_kv_cache(self) -> None:
-        return None
-
-    async def resume_kv_cache(self) -> None:
-        return None
-
-    async def start_profile(self, **kwargs: Any) -> None:
-        return None
-
-    async def stop_profile(self) -> None:
-        return None
+    # the server keeps its weights and cache between steps: nothing to release or restore, no
+    # submission gate (its requests are aborted and resumed above), no profiler
+    sleep = wake_up = release_kv_cache = resume_kv_cache = _nothing
+    open_submission_gate = wait_for_requests_to_drain = start_profile = stop_profile = _nothing
 
     def get_server_address(self) -> tuple[str, int]:
         parsed = urlparse(self.url)
