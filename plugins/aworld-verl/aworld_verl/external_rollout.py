@@ -47,6 +47,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from aworld_core.errors import ConfigError
+from aworld_core.offline import offline_env
 
 logger = logging.getLogger(__name__)
 
@@ -291,17 +292,11 @@ class ExternalVllmReplica(RolloutReplica):
         name = f"{ACTOR_PREFIX}{self.replica_rank}{self.name_suffix}"
         actor = ray.remote(ExternalVllmServer).options(
             name=name, num_cpus=0, max_concurrency=self.max_concurrency,
-            runtime_env={"env_vars": _offline_env_vars()},
+            runtime_env={"env_vars": offline_env({})},
         ).remote(rollout_config=self.config, url=url, replica_rank=self.replica_rank)
         self.servers = [actor]
         self._server_handle = actor
         self._server_address = server_address(url)
-
-
-def _offline_env_vars() -> dict[str, str]:
-    from aworld_core.offline import offline_env
-
-    return offline_env({})
 
 
 class ExternalVllmAdapter(BaseRollout):
