@@ -44,12 +44,11 @@ from pathlib import Path
 from typing import Any
 
 from aworld_core.errors import AworldError, ConfigError, UsageError
-from aworld_trl.segments import new_rows, pad_left, pad_right
+from aworld_trl.segments import SEGMENT_KEYS, group_size, merge_rows
 
 POLICY_FIELD = "aworld_policy_rows"  # per TRL row: the episode's segments, per trained policy
 POLICY_COLUMN = "aworld_policy"  # per row of TRL's batch: the index of the policy it trains (-1: none)
 TOKEN_MEAN_LOSSES = ("dapo", "cispo")  # normalized by the batch's sampled-token count: sums over sub-batches
-_KEYS = ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "response_versions")
 CHECKPOINTING_KEYS = ("gradient_checkpointing", "activation_checkpointing")  # transformers 5 renamed it
 
 
@@ -183,7 +182,7 @@ def policy_plans(groups: Sequence[Any], policies: Sequence[str], agent_policies:
                 if segments:
                     plan[policy] = {
                         "reward": policy_reward(episode, policy, agent_policies),
-                        "segments": [{**{k: list(getattr(s, k)) for k in _KEYS}, "reward": s.reward} for s in segments],
+                        "segments": [{**{k: list(getattr(s, k)) for k in SEGMENT_KEYS}, "reward": s.reward} for s in segments],
                     }
             plans.append(plan)
     return plans
@@ -242,39 +241,15 @@ def add_policy_rows(trainer: Any, output: dict[str, Any], inputs: list[dict[str,
             raise AworldError(f"several policies on TRL cannot carry the batch's '{key}' per adapter (refused at plan "
                               "time; this TRL version computed it anyway)")
     mode = "train" if trainer.model.training else "eval"
-    group_size = int(trainer.num_generations if mode == "train" else
-                     (getattr(trainer, "num_generations_eval", None) or trainer.num_generations))
     plans = [row.get(POLICY_FIELD) for row in inputs]
-    new = policy_advantages(trainer, plans, policies, group_size)
+    new = policy_advantages(trainer, plans, policies, group_size(trainer, trainer.model.training))
     old_rows = output["prompt_ids"].shape[0]
-    filler = (-(old_rows + len(new))) % int(trainer.args.steps_per_generation) if mode == "train" else 0
-    device = output["prompt_ids"].device
-    rows = new_rows(trainer, output, new, filler, tool_fill=0)
-    width_p, width_c, pad_id = rows["width_p"], rows["width_c"], rows["pad_id"]
-    left, right = pad_left, pad_right
-    prompt_ids, prompt_mask = rows["prompt_ids"], rows["prompt_mask"]
-    completion_ids, completion_mask = rows["completion_ids"], rows["completion_mask"]
-    tool_mask, sampling, advantages = rows["tool_mask"], rows["sampling"], rows["advantages"]
-    row_policy = torch.tensor([row["policy"] for row in new] + [-1] * filler, dtype=torch.long)
-    # the placeholders TRL built (one per episode) train nothing: mask 0, advantage 0, no policy
-    old_tool = output.get("tool_mask")
-    if old_tool is None:
-        old_tool = torch.ones_like(output["completion_mask"])
-    merged = {
-        "prompt_ids": torch.cat([left(output["prompt_ids"], width_p, pad_id), prompt_ids.to(device)]),
-        "prompt_mask": torch.cat([left(output["prompt_mask"], width_p, 0), prompt_mask.to(device)]),
-        "completion_ids": torch.cat([right(output["completion_ids"], width_c, pad_id), completion_ids.to(device)]),
-        "completion_mask": torch.cat([right(output["completion_mask"], width_c, 0), completion_mask.to(device)]),
-        "tool_mask": torch.cat([right(torch.zeros_like(old_tool), width_c, 0), tool_mask.to(device)]),
-        "advantages": torch.cat([torch.zeros_like(output["advantages"]), advantages.to(device)]),
-        POLICY_COLUMN: torch.cat([torch.full((old_rows,), -1, dtype=torch.long), row_policy]).to(device),
-    }
-    if output.get("sampling_per_token_logps") is not None:
-        merged["sampling_per_token_logps"] = torch.cat(
-            [right(output["sampling_per_token_logps"], width_c, 0.0), sampling.to(device)])
-    merged["num_items_in_batch"] = (merged["completion_mask"] * merged["tool_mask"]).sum()
+    # the placeholders TRL built (one per episode) train nothing: mask 0, advantage 0, no policy (-1)
+    merged = merge_rows(trainer, output, inputs, new)
+    column = torch.full((merged["prompt_ids"].shape[0],), -1, dtype=torch.long)
+    column[old_rows:old_rows + len(new)] = torch.tensor([row["policy"] for row in new], dtype=torch.long)
+    merged[POLICY_COLUMN] = column.to(output["prompt_ids"].device)
     result = {**output, **merged}
-    trainer.aworld_rows = [*inputs, *new, *([{}] * filler)]
     metrics = trainer._metrics[mode]
     for index, policy in enumerate(policies):
         mine = [r for r in new if r["policy"] == index]

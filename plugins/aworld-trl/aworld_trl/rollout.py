@@ -26,7 +26,7 @@ from typing import Any
 from aworld_core.errors import AworldError, UsageError
 from aworld_core.schemas import Sample, SamplingParams
 from aworld_core.worker import step_metrics
-from aworld_trl.segments import REWARD_FIELD, SEGMENTS_FIELD, segment_plans
+from aworld_trl.segments import REWARD_FIELD, SEGMENTS_FIELD, group_size, segment_plans
 
 SAMPLE_ID = "aworld_sample_id"  # the dataset column that names each row's Sample
 EPISODE_FIELD = "aworld_episode_id"
@@ -156,9 +156,8 @@ class AworldRollout:
         model = getattr(self.engine, "model", None)
         was_training = bool(getattr(model, "training", False))
         train_mode = bool(getattr(getattr(trainer, "model", None), "training", True))  # TRL's own test
-        group_size = int(trainer.num_generations if train_mode else
-                         (getattr(trainer, "num_generations_eval", None) or trainer.num_generations))
-        samples = self.batch_samples(rows, group_size)
+        size = group_size(trainer, train_mode)
+        samples = self.batch_samples(rows, size)
         state = getattr(trainer, "state", None)
         step = int(getattr(state, "global_step", self.calls) or 0)
         tag = f"s{step}c{self.calls}"  # unique even when TRL generates twice within one step
@@ -172,7 +171,7 @@ class AworldRollout:
         threads = _set_torch_threads(self.torch_threads)
         try:
             groups = self.loop.run(
-                self.runner.run_batch(samples, group_size=group_size, sampling=self.sampling, tag=tag)
+                self.runner.run_batch(samples, group_size=size, sampling=self.sampling, tag=tag)
             )
         finally:
             _set_torch_threads(threads)

@@ -37,7 +37,7 @@ from aworld_core.worker import check_token_mean, episode_segments
 SEGMENTS_FIELD = "aworld_segments"  # per TRL row: the episode's later segments and segment rewards
 REWARD_FIELD = "aworld_reward"  # the extra field carrying the core's reward to TRL's reward function (rollout's)
 TOKEN_MEAN_LOSSES = ("dapo", "bnpo", "cispo")  # TRL loss types that normalize over the batch's sampled tokens
-_KEYS = ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "response_versions")
+SEGMENT_KEYS = ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "response_versions")
 
 
 def segment_plans(groups: Sequence[Any]) -> list[dict[str, Any] | None]:
@@ -54,7 +54,7 @@ def segment_plans(groups: Sequence[Any]) -> list[dict[str, Any] | None]:
             plans.append({
                 "reward": episode.reward,
                 "first_reward": segments[0].reward,
-                "later": [{**{k: list(getattr(s, k)) for k in _KEYS}, "reward": s.reward} for s in segments[1:]],
+                "later": [{**{k: list(getattr(s, k)) for k in SEGMENT_KEYS}, "reward": s.reward} for s in segments[1:]],
             })
     return plans
 
@@ -77,16 +77,19 @@ def reward_scales(trainer: Any, rewards: list[float | None]) -> list[float]:
     if mode == "batch":
         std = nanstd(values).item() if values.numel() > 1 else 0.0
         return [std + 1e-4] * len(rewards)
-    n = int(trainer.num_generations if trainer.model.training else
-            (getattr(trainer, "num_generations_eval", None) or trainer.num_generations))
+    n = group_size(trainer, trainer.model.training)
     stds = nanstd(values.view(-1, n), dim=1) if n > 1 else torch.zeros(len(rewards) // n)
     return [float(s) + 1e-4 for s in stds.repeat_interleave(n).tolist()]
 
 
+def group_size(trainer: Any, train: bool) -> int:
+    """TRL's group size: ``num_generations`` in training, ``num_generations_eval`` (when set) in an evaluation."""
+    return int(trainer.num_generations if train else (getattr(trainer, "num_generations_eval", None)
+                                                      or trainer.num_generations))
+
+
 def add_segment_rows(trainer: Any, output: dict[str, Any], inputs: list[dict[str, Any]]) -> dict[str, Any]:
     """TRL's batch ``output`` with a row per later segment of its episodes (see the module docstring)."""
-    import torch
-
     trainer.aworld_rows = list(inputs)
     plans = [row.get(SEGMENTS_FIELD) for row in inputs]
     if not any(plans):
@@ -118,42 +121,46 @@ def add_segment_rows(trainer: Any, output: dict[str, Any], inputs: list[dict[str
     output["advantages"] = advantages
     if not new:
         return output
-    mode = "train" if trainer.model.training else "eval"
-    if mode == "train":
-        spg = int(trainer.args.steps_per_generation)
-        rows = output["prompt_ids"].shape[0] + len(new)
-        filler = (-rows) % spg
-    else:
-        filler = 0
-    device = output["prompt_ids"].device
-    rows = new_rows(trainer, output, new, filler, tool_fill=1)
-    width_p, width_c, pad_id = rows["width_p"], rows["width_c"], rows["pad_id"]
-    left, right = pad_left, pad_right
-    prompt_ids, prompt_mask = rows["prompt_ids"], rows["prompt_mask"]
-    completion_ids, completion_mask = rows["completion_ids"], rows["completion_mask"]
-    tool_mask, sampling, row_adv = rows["tool_mask"], rows["sampling"], rows["advantages"]
-    merged = {
-        "prompt_ids": torch.cat([left(output["prompt_ids"], width_p, pad_id), prompt_ids.to(device)]),
-        "prompt_mask": torch.cat([left(output["prompt_mask"], width_p, 0), prompt_mask.to(device)]),
-        "completion_ids": torch.cat([right(output["completion_ids"], width_c, pad_id), completion_ids.to(device)]),
-        "completion_mask": torch.cat([right(output["completion_mask"], width_c, 0), completion_mask.to(device)]),
-        "advantages": torch.cat([advantages, row_adv.to(device)]),
-    }
+    merged = merge_rows(trainer, output, inputs, new, advantages)
+    if "old_per_token_logps" in output or "ref_per_token_logps" in output:
+        _recompute_logps(trainer, output, merged, merged["completion_ids"].shape[1])
+    trainer._metrics["train" if trainer.model.training else "eval"]["aworld/segment_rows"].append(float(len(new)))
+    return {**output, **merged}
+
+
+def merge_rows(trainer: Any, output: dict[str, Any], inputs: list[dict[str, Any]], new: list[dict[str, Any]],
+               old_advantages: Any = None) -> dict[str, Any]:
+    """The columns of TRL's batch ``output`` (rows ``inputs``) with the rows of ``new`` appended
+    (:func:`new_rows`), padded in training to a multiple of ``steps_per_generation`` (TRL's split drops
+    a remainder), all under one padded layout; sets ``trainer.aworld_rows``. ``old_advantages``: the
+    old rows' (segment rows); ``None``: the old rows are placeholders that train nothing (tool mask 0,
+    advantage 0: per-policy rows)."""
+    import torch
+
+    old_rows = output["prompt_ids"].shape[0]
+    filler = (-(old_rows + len(new))) % int(trainer.args.steps_per_generation) if trainer.model.training else 0
+    train_old = old_advantages is not None
+    rows = new_rows(trainer, output, new, filler, tool_fill=int(train_old))
+    width_p, width_c, pad_id, device = rows["width_p"], rows["width_c"], rows["pad_id"], output["prompt_ids"].device
     old_tool = output.get("tool_mask")
     if old_tool is None:
         old_tool = torch.ones_like(output["completion_mask"])
-    merged["tool_mask"] = torch.cat([right(old_tool, width_c, 1), tool_mask.to(device)])
+    if not train_old:
+        old_tool, old_advantages = torch.zeros_like(old_tool), torch.zeros_like(output["advantages"])
+    merged = {
+        "prompt_ids": pad_left(output["prompt_ids"], width_p, pad_id),
+        "prompt_mask": pad_left(output["prompt_mask"], width_p, 0),
+        "completion_ids": pad_right(output["completion_ids"], width_c, pad_id),
+        "completion_mask": pad_right(output["completion_mask"], width_c, 0),
+        "tool_mask": pad_right(old_tool, width_c, int(train_old)),
+        "advantages": old_advantages,
+    }
     if output.get("sampling_per_token_logps") is not None:
-        merged["sampling_per_token_logps"] = torch.cat(
-            [right(output["sampling_per_token_logps"], width_c, 0.0), sampling.to(device)])
-    loss_mask = merged["completion_mask"] * merged["tool_mask"]
-    merged["num_items_in_batch"] = loss_mask.sum()
-    if "old_per_token_logps" in output or "ref_per_token_logps" in output:
-        _recompute_logps(trainer, output, merged, width_c)
-    result = {**output, **merged}
+        merged["sampling_per_token_logps"] = pad_right(output["sampling_per_token_logps"], width_c, 0.0)
+    merged = {key: torch.cat([old, rows[key].to(device)]) for key, old in merged.items()}
+    merged["num_items_in_batch"] = (merged["completion_mask"] * merged["tool_mask"]).sum()
     trainer.aworld_rows = [*inputs, *new, *([{}] * filler)]
-    trainer._metrics[mode]["aworld/segment_rows"].append(float(len(new)))
-    return result
+    return merged
 
 
 def pad_left(t: Any, width: int, value: float) -> Any:
@@ -192,7 +199,7 @@ def new_rows(trainer: Any, output: dict[str, Any], new: list[dict[str, Any]], fi
     completion_ids = torch.full((n, width_c), pad_id, dtype=output["completion_ids"].dtype)
     completion_mask = torch.zeros((n, width_c), dtype=output["completion_mask"].dtype)
     tool_mask = torch.full((n, width_c), tool_fill, dtype=torch.long)
-    sampling = torch.zeros((n, width_c), dtype=torch.float32)
+    sampling = torch.zeros((n, width_c), dtype=torch.float32)  # the sampled tokens' logprobs
     advantages = torch.zeros(n, dtype=output["advantages"].dtype)
     for j, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
         prompt_ids[j, width_p - len(prompt):] = torch.tensor(prompt)
@@ -209,7 +216,7 @@ def new_rows(trainer: Any, output: dict[str, Any], new: list[dict[str, Any]], fi
             prompt_mask[j, -1] = 1
             tool_mask[j, 0] = 0
     return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
-            "completion_mask": completion_mask, "tool_mask": tool_mask, "sampling": sampling,
+            "completion_mask": completion_mask, "tool_mask": tool_mask, "sampling_per_token_logps": sampling,
             "advantages": advantages, "width_p": width_p, "width_c": width_c, "pad_id": pad_id}
 
 
