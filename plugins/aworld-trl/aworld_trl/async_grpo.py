@@ -48,6 +48,7 @@ import copy
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -112,11 +113,7 @@ def behaviour_weights(prox_logps: Any, behav_logps: Any, versions: Any, prox_ver
 def staleness_counts(versions: Any, prox_version: int, mask: Any) -> dict[int, int]:
     """How many trained tokens have each staleness (``prox_version - version``)."""
     trained = mask.bool() & (versions >= 0)
-    values = (prox_version - versions[trained]).tolist()
-    counts: dict[int, int] = {}
-    for value in values:
-        counts[int(value)] = counts.get(int(value), 0) + 1
-    return counts
+    return dict(Counter(int(value) for value in (prox_version - versions[trained]).tolist()))
 
 
 # -- the order of batches -----------------------------------------------------------------------
