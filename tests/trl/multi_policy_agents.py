@@ -3,6 +3,7 @@ answerer restates the planner's answer; a reward that credits each policy on its
 
 from __future__ import annotations
 
+from itertools import count
 from typing import Any
 
 from aworld_core import Agent, Swarm
@@ -13,6 +14,16 @@ def make_swarm(mcp_config: dict[str, Any]) -> Swarm:
         Agent("planner", mcp_config=mcp_config, conf={"max_steps": 3}),
         Agent("answerer", conf={"max_steps": 1}),
     )
+
+
+_CALLS = count()
+
+
+def _tie_break() -> float:
+    """A different 1e-4 step on every score: members whose answers score alike still differ, so no
+    group is all ties (its advantages would be 0, and a one-step test would see no gradient for a
+    policy whose two groups tied; that happened when load reordered the sampling)."""
+    return (next(_CALLS) % 97) * 1e-4
 
 
 def policy_reward(episode: Any, sample: Any) -> float:
@@ -32,5 +43,6 @@ def policy_reward(episode: Any, sample: Any) -> float:
         return sum(a == b for a, b in zip(said, truth, strict=False)) / max(len(truth), len(said))
 
     planner = [s for s in episode.steps if s.exp_meta.agent_id == "planner"]
-    set_policy_rewards(episode, {"planner": score(planner[-1].exp_data.state.content if planner else None)})
-    return score(episode.final_answer)
+    planner_score = score(planner[-1].exp_data.state.content if planner else None) + _tie_break()
+    set_policy_rewards(episode, {"planner": planner_score})
+    return score(episode.final_answer) + _tie_break()
