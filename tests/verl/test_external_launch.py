@@ -88,11 +88,18 @@ def test_an_interrupted_launch_stops_main_ppos_whole_process_group(tmp_path):
               f"time.sleep(600)']); open({str(child_pid)!r}, 'w').write(str(p.pid)); time.sleep(600)")
     main = threading.main_thread()
     assert main is threading.current_thread()
+    # Python raises KeyboardInterrupt only where SIGINT was not ignored at its start (a run started
+    # in the background by a shell, e.g. `nohup make test &`, inherits SIG_IGN): install it here
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(5.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        run_command([sys.executable, "-c", script], cwd=tmp_path, env=dict(os.environ), grace_s=5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_command([sys.executable, "-c", script], cwd=tmp_path, env=dict(os.environ), grace_s=5)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 60
     import psutil
 
