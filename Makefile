@@ -20,6 +20,9 @@ CORE_PKGS := -e 'core[hf,data]' -e 'plugins/aworld-service[postgres]' -e plugins
              -e plugins/aworld-verl -e plugins/aworld-areal -e plugins/aworld-swift \
              -e examples/cpu_grpo_demo -e examples/reinforce_backend
 
+# every suite prints its 20 slowest tests (where make test's minutes go)
+PYTEST_OPTS ?= --durations=20
+
 # test suites that run in the core environment
 CORE_TESTS := tests/core tests/trl tests/gaia_env tests/service
 
@@ -165,23 +168,23 @@ sysdeps:
 	  $$SUDO apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$MISSING >/dev/null; }
 
 test-core: venv postgres sysdeps $(STAMPS)/mcp-conformance
-	$(OFFLINE) $(BIN)/python -m pytest $(wildcard $(CORE_TESTS))
+	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_OPTS) $(wildcard $(CORE_TESTS))
 
 test-verl: $(if $(wildcard tests/verl plugins/aworld-verl/test-env.txt),$(STAMPS)/verl $(STAMPS)/vllm)
-	@if [ -d tests/verl ]; then $(OFFLINE) $(VENVS)/verl/bin/python -m pytest tests/verl; fi
+	@if [ -d tests/verl ]; then $(OFFLINE) $(VENVS)/verl/bin/python -m pytest $(PYTEST_OPTS) tests/verl; fi
 
 test-areal: $(if $(wildcard plugins/aworld-areal/test-env.txt),$(STAMPS)/areal $(STAMPS)/vllm)
-	@if [ -d tests/areal ] && [ -f plugins/aworld-areal/test-env.txt ]; then $(OFFLINE) $(VENVS)/areal/bin/python -m pytest tests/areal; fi
+	@if [ -d tests/areal ] && [ -f plugins/aworld-areal/test-env.txt ]; then $(OFFLINE) $(VENVS)/areal/bin/python -m pytest $(PYTEST_OPTS) tests/areal; fi
 
 test-swift: $(if $(wildcard plugins/aworld-swift/test-env.txt),$(STAMPS)/swift)
-	@if [ -d tests/swift ] && [ -f plugins/aworld-swift/test-env.txt ]; then $(OFFLINE) $(VENVS)/swift/bin/python -m pytest tests/swift; fi
+	@if [ -d tests/swift ] && [ -f plugins/aworld-swift/test-env.txt ]; then $(OFFLINE) $(VENVS)/swift/bin/python -m pytest $(PYTEST_OPTS) tests/swift; fi
 
 test-swift-vllm: $(if $(wildcard tests/swift_vllm),$(STAMPS)/swift-vllm)
-	@if [ -d tests/swift_vllm ]; then $(OFFLINE) $(VENVS)/swift-vllm/bin/python -m pytest tests/swift_vllm; fi
+	@if [ -d tests/swift_vllm ]; then $(OFFLINE) $(VENVS)/swift-vllm/bin/python -m pytest $(PYTEST_OPTS) tests/swift_vllm; fi
 
 # the real vLLM engine (CPU build): token engine, fidelity, aworld-trl rollouts on vLLM
 test-vllm: $(if $(wildcard tests/on_vllm),$(STAMPS)/vllm)
-	@if [ -d tests/on_vllm ]; then $(OFFLINE) $(VENVS)/vllm/bin/python -m pytest tests/on_vllm; fi
+	@if [ -d tests/on_vllm ]; then $(OFFLINE) $(VENVS)/vllm/bin/python -m pytest $(PYTEST_OPTS) tests/on_vllm; fi
 
 # wheels and sdists of every distribution, installed by name in a fresh environment (in build/)
 test-wheels: venv
