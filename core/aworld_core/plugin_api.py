@@ -52,7 +52,8 @@ PUBLIC_MODULES: dict[str, tuple[str, ...] | None] = {
     "aworld_core.schemas": None,
     "aworld_core.errors": None,
     # the two halves of a backend: the worker kit (inside the framework's processes) and the
-    # launcher side (plan files, the plan's execution, a vLLM server, evaluation, plots, episode files)
+    # launcher side (plan files, the plan's execution, a vLLM server, evaluation, plots, the end-of-run
+    # summary, episode files)
     "aworld_core.worker": None,
     "aworld_core.launch": None,
     "aworld_core.vllm_server": (
@@ -62,6 +63,7 @@ PUBLIC_MODULES: dict[str, tuple[str, ...] | None] = {
     ),
     "aworld_core.evaluate": None,
     "aworld_core.plots": None,
+    "aworld_core.run_summary": None,
     "aworld_core.export": ("JsonlEpisodeWriter", "write_jsonl", "read_jsonl", "write_episodes", "read_episodes"),
     # rules every process a plugin starts applies: secrets out of argv and logs, no telemetry
     "aworld_core.secrets": (

@@ -1,4 +1,5 @@
-"""``metrics.png`` of an AReaL run: the core's plot over AReaL's stat names (``aworld_areal.plots``).
+"""``metrics.png`` of an AReaL run: the core's plot over AReaL's stat names (``aworld_areal.run.PLOT``,
+what ``ArealRun`` passes to ``aworld_core.run_summary``).
 
 Fast: matplotlib only. The figure's axes are read back as drawn (titles, lines, held-out marks).
 """
@@ -7,7 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from aworld_areal.plots import PANELS, REWARD, plot_metrics
+from aworld_areal.run import PANELS, PLOT, REWARD
+from aworld_core import plots
+
+
+def plot_metrics(history, path, **kwargs):
+    """The core's plot as an AReaL run draws it."""
+    return plots.plot_metrics(history, path, **kwargs, **PLOT)
+
 
 TOOLS, TOKENS, STALENESS = (key for key, _ in PANELS[1:])
 

@@ -33,7 +33,7 @@ import pytest
 import torch
 from areal_demo_model import build_demo_model
 
-from aworld_areal.plots import REWARD
+from aworld_areal.run import REWARD
 
 pytestmark = pytest.mark.slow
 

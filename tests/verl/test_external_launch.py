@@ -1,5 +1,5 @@
 """The external launch's own pieces, without a trainer: verl's log into the job's ``metrics.jsonl``
-(across a resumed run), the newest checkpoint and its export, the hydra spelling of keys the user
+(across a resumed run), the newest checkpoint and its export, the summary, the hydra spelling of keys the user
 adds under ours, and the process-group stop of ``main_ppo``."""
 
 from __future__ import annotations
@@ -61,6 +61,28 @@ def test_the_newest_checkpoint_is_exported_with_the_tokenizer(tmp_path, tiny_mod
     assert (target / "model.safetensors").read_text() == "9"
     assert (target / "tokenizer_config.json").is_file()
     assert json.loads((target / "aworld_checkpoint.json").read_text()) == {"global_step": "global_step_9"}
+
+
+def test_the_summary_counts_the_rows_with_a_training_reward(tmp_path, capsys):
+    from aworld_core.evaluate import EvalReport
+    from aworld_verl.cpu_plan import VerlOptions
+    from aworld_verl.external_launch import RAW_METRICS, _report, merge_metrics
+
+    _raw(tmp_path / RAW_METRICS, range(1, 5), 0.1)
+    rows = [*merge_metrics(tmp_path), {"step": 5, "val-core/acc": 1.0}]  # a row without a training reward
+    before, after = (EvalReport(n=2, accuracy=a, mean_reward=a, statuses={}, reward_failures=0, duration_s=1.0)
+                     for a in (0.0, 0.5))
+    metrics, artifacts = {"main_ppo_seconds": 9.0}, {"metrics": str(tmp_path / "metrics.jsonl")}
+    job = type("Job", (), {"name": "job"})()
+    _report(job, VerlOptions(summary_window=2), tmp_path, rows, before, after, metrics, artifacts, time.perf_counter())
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("summary: training reward 0.12 -> 0.14 (mean of first/last 2 steps); "
+                           "held-out accuracy 0.00 -> 0.50 (2 tasks, greedy); ") and line.endswith("s in all")
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["metrics"]["steps"] == 4 and saved["metrics"]["main_ppo_seconds"] == 9.0
+    assert saved["metrics"]["tool_call_rate/end"] == 0.5 and saved["metrics"]["eval_after/accuracy"] == 0.5
+    assert "peak_rss_gib" not in saved["metrics"]  # training ran in verl's workers, not this process
+    assert set(saved["artifacts"]) == {"metrics", "eval_before", "eval_after", "plot"}
 
 
 def test_new_keys_under_ours_get_hydras_add_or_set():

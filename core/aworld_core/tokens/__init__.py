@@ -18,7 +18,7 @@ from aworld_core.tokens.engine import (
 )
 from aworld_core.tokens.families import TemplateOptions, available_families, family_options
 from aworld_core.tokens.hf_engine import HFTokenEngine
-from aworld_core.tokens.llm import TokenLLM, load_tokenizer
+from aworld_core.tokens.llm import TokenLLM, copy_tokenizer_files, load_tokenizer
 from aworld_core.tokens.messages import content_text
 from aworld_core.tokens.parsers import (
     ParsedText,
@@ -53,6 +53,7 @@ __all__ = [
     "available_families",
     "available_tool_parsers",
     "content_text",
+    "copy_tokenizer_files",
     "current_turn",
     "family_options",
     "get_tool_parser",

@@ -84,6 +84,27 @@ def load_tokenizer(path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(path))
 
 
+#: the files a tokenizer directory holds (HF's names), copied beside a checkpoint by :func:`copy_tokenizer_files`
+TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "chat_template*", "vocab.*",
+                   "merges.txt")
+
+
+def copy_tokenizer_files(source: str | Path, target: str | Path) -> None:
+    """Put the tokenizer's own files (:data:`TOKENIZER_FILES` in ``source``) into ``target``, byte for byte.
+
+    Why not save the loaded tokenizer again: that records the class transformers loaded it as, and a
+    later ``AutoTokenizer`` may then swap in another pre-tokenizer; the original files keep the class
+    (and so the ids) the model was trained with, as :func:`load_tokenizer` does when loading.
+    """
+    import shutil
+
+    target = Path(target)
+    for pattern in TOKENIZER_FILES:
+        for path in Path(source).glob(pattern):
+            if path.is_file():
+                shutil.copy2(path, target / path.name)
+
+
 class TokenLLM:
     """An ``LLMClient`` that keeps the exact token sequence of every episode.
 

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from aworld_areal.config import RUN_OPTIONS_KEY, run_options
-from aworld_areal.plots import REWARD
 from aworld_areal.train import WORKFLOW
 
 
@@ -171,7 +170,8 @@ class ArealRun:
             self.metrics[f"eval_{when}/skipped"] = "single_controller"
             return None
         from aworld_areal.engine import ArealTokenEngine
-        from aworld_core.evaluate import evaluate, tool_use_rate
+        from aworld_core.evaluate import evaluate
+        from aworld_core.run_summary import print_eval
         from aworld_core.worker import (
             LoopThread,
             build_agent,
@@ -208,11 +208,7 @@ class ArealRun:
             # training episodes use it on AReaL's loop
             loop.run(close_shared_sessions())
             loop.close()
-        tools = tool_use_rate(report.episodes)
-        self.artifacts[f"eval_{when}"] = str(path)
-        self.metrics[f"eval_{when}/accuracy"] = report.accuracy
-        self.metrics[f"eval_{when}/tool_use_rate"] = tools
-        print(f"  {when}: {report.summary()}; tool use {tools:.2f}", flush=True)
+        print_eval(report, when)  # its metrics and artifact: the summary's
         return report
 
     # -- the end ------------------------------------------------------------------------------
@@ -227,41 +223,32 @@ class ArealRun:
         self.artifacts["checkpoint"] = str(checkpoint)
 
     def _finish(self, before: Any, after: Any) -> None:
+        """The summary line, ``metrics.png`` and ``summary.json`` (the core's ``aworld_core.run_summary``)
+        over AReaL's stat names."""
+        from aworld_core.run_summary import reward_headline, training_metrics, write_summary
+
         window = self.options["summary_window"]
-        rewards = [r[REWARD] for r in self.history if isinstance(r.get(REWARD), (int, float))]
-        tools = [r[TOOL_RATE] for r in self.history if isinstance(r.get(TOOL_RATE), (int, float))]
-        self.metrics.update({
-            "steps": len(self.history),
-            "reward/start": _mean(rewards[:window]),
-            "reward/end": _mean(rewards[-window:]),
-            "tool_call_rate/start": _mean(tools[:window]),
-            "tool_call_rate/end": _mean(tools[-window:]),
-            "train_seconds": round(time.perf_counter() - self.started, 1),
-        })
-        acc_before = before.accuracy if before is not None else None
-        acc_after = after.accuracy if after is not None else None
-        if self.options["plot"] and self.history:
-            from aworld_areal.plots import plot_metrics
-
-            plot = plot_metrics(self.history, self.output_dir / "metrics.png", title=self.job.name,
-                                accuracy=(acc_before, acc_after))
-            if plot is not None:
-                self.artifacts["plot"] = str(plot)
-        line = (f"summary: training reward {_fmt(self.metrics['reward/start'])} -> {_fmt(self.metrics['reward/end'])} "
-                f"(mean of first/last {window} steps)")
-        if before is not None or after is not None:
-            line += f"; held-out accuracy {_fmt(acc_before)} -> {_fmt(acc_after)} ({(after or before).n} tasks, greedy)"
-        line += f"; {self.metrics['train_seconds']:.0f}s"
-        print(line, flush=True)
-        for name, path in self.artifacts.items():
-            print(f"  {name}: {path}", flush=True)
-        (self.output_dir / "summary.json").write_text(
-            json.dumps({"metrics": self.metrics, "artifacts": self.artifacts}, indent=2), encoding="utf-8")
+        self.metrics.update(training_metrics(self.history, window, reward_key=REWARD, tool_key=TOOL_RATE))
+        write_summary(self.output_dir, reward_headline(self.metrics, window), history=self.history,
+                      metrics=self.metrics, artifacts=self.artifacts, started=self.started, before=before,
+                      after=after, title=self.job.name, plot=self.options["plot"], **PLOT)
 
 
-# the per-step tool-call rate in AReaL's stats (the workflow records it per group; the reward per
-# trained member: plots.REWARD)
+# AReaL's stat names for the summary and metrics.png (they differ from TRL's and verl's): the reward of
+# the rows each step trained (a failed member's masked row carries its group's mean, so it does not
+# move it; rollout/aworld/reward is per group as it completes, which in asynchronous training need not
+# be the step that trains it), the per-step tool-call rate (the workflow records it per group)
+REWARD = "ppo_actor/task_reward/avg"
 TOOL_RATE = "rollout/aworld/tool_call_rate"
+#: metrics.png's panels (the reward's with held-out accuracy before and after); a panel no step logged
+#: is left out (AReaL's stats depend on its configuration)
+PANELS = (
+    (REWARD, "mean reward of the trained batch"),
+    (TOOL_RATE, "tool-call rate"),
+    ("rollout/aworld/sampled_tokens", "sampled tokens per episode"),
+    ("ppo_actor/update/version_stats/sample_staleness_theta_avg", "sample staleness (versions)"),
+)
+PLOT = {"panels": PANELS, "reward_key": REWARD, "only_logged": True}  # aworld_core.plots.plot_metrics's
 
 
 def clear_trial_names(config: Any) -> None:
@@ -292,11 +279,3 @@ def _number(value: Any) -> Any:
         return float(value)
     except (TypeError, ValueError):
         return value
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}"

@@ -27,7 +27,7 @@ from typing import Any
 
 from aworld_core.errors import ConfigError, UsageError
 from aworld_core.schemas import TrainResult
-from aworld_trl.trainer import TrlRun, _fmt, _mean
+from aworld_trl.trainer import TrlRun
 
 GRPO_ONLY_OPTIONS = frozenset({"trajectory_every", "rollout_torch_threads"})  # our options SFT has no use for
 GENERATION_MARK = re.compile(r"{%-?\s*generation\s*-?%}")
@@ -251,22 +251,22 @@ class SftRun(TrlRun):
 
     def _finish_sft(self, history: list[dict[str, Any]], before: Any, after: Any) -> None:
         from aworld_core.plots import SFT_PANELS
+        from aworld_core.run_summary import format_value, window_means
 
-        losses = [r["loss"] for r in history if isinstance(r.get("loss"), (int, float))]
         val = [r["eval_loss"] for r in history if isinstance(r.get("eval_loss"), (int, float))]
         window = self.options.summary_window
+        start, end = window_means(history, "loss", window)
         self.metrics.update({
             "steps": max((r.get("step", 0) for r in history), default=0),
-            "loss/start": _mean(losses[:window]),
-            "loss/end": _mean(losses[-window:]),
+            "loss/start": start,
+            "loss/end": end,
             "eval_loss/first": val[0] if val else None,
             "eval_loss/last": val[-1] if val else None,
         })
-        line = (f"summary: SFT loss {_fmt(self.metrics['loss/start'])} -> {_fmt(self.metrics['loss/end'])} "
-                f"(mean of first/last {window} logged steps)")
+        line = f"summary: SFT loss {format_value(start)} -> {format_value(end)} (mean of first/last {window} logged steps)"
         if val:
             line += f"; validation loss {val[0]:.3f} -> {val[-1]:.3f}"
-        self._summarize(history, before, after, line, None, panels=SFT_PANELS)
+        self._summarize(history, before, after, line, panels=SFT_PANELS)
 
 
 def sft_progress_class() -> type:

@@ -15,7 +15,6 @@ in-process (after building the model directory and starting the job's tool envir
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -211,9 +210,11 @@ class TrlRun:
 
     def _save_checkpoint(self, trainer: Any) -> None:
         """The trained model (or LoRA adapter) and the tokenizer files in ``<output>/checkpoint``."""
+        from aworld_core.tokens import copy_tokenizer_files
+
         checkpoint = self.output_dir / "checkpoint"
         trainer.save_model(str(checkpoint))
-        _copy_tokenizer_files(self.tokenizer_dir, checkpoint)
+        copy_tokenizer_files(self.tokenizer_dir, checkpoint)
         self.artifacts["checkpoint"] = str(checkpoint)
 
     def _vllm_engine(self, args: Any, settings: Any) -> Any:
@@ -283,7 +284,7 @@ class TrlRun:
         return trainer
 
     def _evaluate(self, runner: Any, loop: Any, samples: list[Any] | None, when: str, model: Any) -> Any:
-        from aworld_core.evaluate import tool_use_rate
+        from aworld_core.run_summary import print_eval
         from aworld_trl.evaluation import evaluate_greedy
 
         if not samples:
@@ -291,83 +292,25 @@ class TrlRun:
         path = self.output_dir / f"eval_{when}.jsonl"
         print(f"evaluating {len(samples)} held-out tasks {when} training (greedy, full tool loop)...", flush=True)
         report = evaluate_greedy(runner, loop, samples, tag=f"eval-{when}", output=path, model=model)
-        self.artifacts[f"eval_{when}"] = str(path)
-        self.metrics[f"eval_{when}/accuracy"] = report.accuracy
-        self.metrics[f"eval_{when}/tool_use_rate"] = tool_use_rate(report.episodes)
-        print(f"  {when}: {report.summary()}; tool use {tool_use_rate(report.episodes):.2f}", flush=True)
+        print_eval(report, when)  # its metrics and artifact: the summary's (aworld_core.run_summary)
         return report
 
     # -- the end --------------------------------------------------------------------------------
 
     def _finish(self, history: list[dict[str, Any]], before: Any, after: Any) -> None:
-        window = self.options.summary_window
-        rewards = [r["reward"] for r in history if isinstance(r.get("reward"), (int, float))]
-        tools = [r["aworld/tool_call_rate"] for r in history if isinstance(r.get("aworld/tool_call_rate"), (int, float))]
-        start_reward = _mean(rewards[:window])
-        end_reward = _mean(rewards[-window:])
-        self.metrics.update({
-            "steps": len(history),
-            "reward/start": start_reward,
-            "reward/end": end_reward,
-            "tool_call_rate/start": _mean(tools[:window]),
-            "tool_call_rate/end": _mean(tools[-window:]),
-        })
-        line = f"summary: training reward {_fmt(start_reward)} -> {_fmt(end_reward)} (mean of first/last {window} steps)"
-        self._summarize(history, before, after, line, end_reward, memory=True)
+        from aworld_core.run_summary import reward_headline, training_metrics
 
-    def _summarize(self, history: list[dict[str, Any]], before: Any, after: Any, line: str,
-                   end_reward: float | None, *, panels: Any = None, memory: bool = False) -> None:
-        """The end of a run (GRPO or SFT): timings, ``metrics.png``, the summary ``line`` completed
-        with held-out accuracy and printed, the targets, ``summary.json``."""
-        from aworld_core.plots import PANELS, plot_metrics
+        self.metrics.update(training_metrics(history, self.options.summary_window))
+        self._summarize(history, before, after, reward_headline(self.metrics, self.options.summary_window))
 
-        self.metrics.update({
-            "train_seconds": round(time.perf_counter() - self.started, 1),
-            "process_seconds": round(_process_age_s() or (time.perf_counter() - self.started), 1),
-            **(_memory_metrics() if memory else {}),
-        })
-        acc_before = before.accuracy if before is not None else None
-        acc_after = after.accuracy if after is not None else None
-        if self.options.plot and history:
-            plot = plot_metrics(history, self.output_dir / "metrics.png", title=self.job.name,
-                                accuracy=(acc_before, acc_after), panels=panels or PANELS)
-            if plot is not None:
-                self.artifacts["plot"] = str(plot)
-        if acc_before is not None or acc_after is not None:
-            n = (after or before).n
-            line += f"; held-out accuracy {_fmt(acc_before)} -> {_fmt(acc_after)} ({n} tasks, greedy)"
-        line += f"; {self.metrics['process_seconds']:.0f}s in all"
-        print(line, flush=True)
-        for name, path in self.artifacts.items():
-            print(f"  {name}: {path}", flush=True)
-        if self.options.targets is not None:
-            self._check_targets(acc_before, acc_after, end_reward)
-        (self.output_dir / "summary.json").write_text(
-            json.dumps({"metrics": self.metrics, "artifacts": self.artifacts}, indent=2), encoding="utf-8"
-        )
+    def _summarize(self, history: list[dict[str, Any]], before: Any, after: Any, headline: str,
+                   **plot: Any) -> None:
+        """The end of a run (GRPO or SFT): the core's summary (``aworld_core.run_summary``)."""
+        from aworld_core.run_summary import write_summary
 
-    def _check_targets(self, before: float | None, after: float | None, end_reward: float | None) -> None:
-        targets = self.options.targets
-        assert targets is not None
-        checks: list[tuple[str, bool | None]] = []
-        if targets.max_minutes is not None:
-            minutes = self.metrics["process_seconds"] / 60
-            checks.append((f"whole run {minutes:.1f} min <= {targets.max_minutes:g} min", minutes <= targets.max_minutes))
-        if targets.min_accuracy_gain is not None:
-            gain = None if before is None or after is None else after - before
-            checks.append((
-                f"held-out accuracy gain {_fmt(gain)} >= {targets.min_accuracy_gain:g}",
-                None if gain is None else gain >= targets.min_accuracy_gain,
-            ))
-        if targets.min_final_reward is not None:
-            checks.append((
-                f"final training reward {_fmt(end_reward)} >= {targets.min_final_reward:g}",
-                None if end_reward is None else end_reward >= targets.min_final_reward,
-            ))
-        for text, ok in checks:
-            mark = "unmeasured" if ok is None else ("met" if ok else "MISSED")
-            print(f"target: {text}: {mark}", flush=True)
-        self.metrics["targets_met"] = all(ok for _, ok in checks)
+        write_summary(self.output_dir, headline, history=history, metrics=self.metrics, artifacts=self.artifacts,
+                      started=self.started, before=before, after=after, title=self.job.name,
+                      plot=self.options.plot, targets=self.options.targets, **plot)
 
 
 class _UnscoredFilter(logging.Filter):
@@ -382,56 +325,3 @@ def _quiet_trl_unscored_warning() -> None:
     target = logging.getLogger("trl.trainer.grpo_trainer")
     if not any(isinstance(f, _UnscoredFilter) for f in target.filters):
         target.addFilter(_UnscoredFilter())
-
-
-_TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "chat_template*", "vocab.*",
-                    "merges.txt")
-
-
-def _copy_tokenizer_files(source: Path, target: Path) -> None:
-    """Put the tokenizer's own files beside the checkpoint, byte for byte.
-
-    Saving the loaded tokenizer again would record the class transformers loaded it as, and a
-    later ``AutoTokenizer`` may then swap in another pre-tokenizer; the original files keep the
-    class (and so the ids) the model was trained with.
-    """
-    import shutil
-
-    for pattern in _TOKENIZER_FILES:
-        for path in source.glob(pattern):
-            if path.is_file():
-                shutil.copy2(path, target / path.name)
-
-
-def _memory_metrics() -> dict[str, Any]:
-    """Peak memory of this process: its resident set, and on CUDA what torch allocated (the device's name too)."""
-    import resource
-    import sys
-
-    out: dict[str, Any] = {}
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    out["peak_rss_gib"] = round(rss / (2**30 if sys.platform == "darwin" else 2**20), 3)
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        out["cuda_device"] = torch.cuda.get_device_name()
-        out["cuda_peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
-        out["cuda_peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 3)
-    return out
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}"
-
-
-def _process_age_s() -> float | None:
-    """Seconds since this process started (Linux ``/proc``; None elsewhere)."""
-    try:
-        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None

@@ -267,7 +267,8 @@ def evaluate_model(job: Any, plan: LaunchPlan, options: VerlOptions, model_dir: 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from aworld_core.evaluate import evaluate, tool_use_rate
+    from aworld_core.evaluate import evaluate
+    from aworld_core.run_summary import print_eval
     from aworld_core.tokens import HFTokenEngine, load_tokenizer
     from aworld_core.worker import build_agent, build_token_llm, closing_shared_sessions
 
@@ -293,9 +294,7 @@ def evaluate_model(job: Any, plan: LaunchPlan, options: VerlOptions, model_dir: 
             sampling=GREEDY), agent))
     finally:
         torch.set_num_threads(threads)
-    tools = tool_use_rate(report.episodes)
-    print(f"  {when}: {report.summary()}; tool use {tools:.2f}", flush=True)
-    report.tool_use_rate = tools
+    print_eval(report, when)
     return report
 
 
@@ -315,6 +314,8 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 def export_checkpoint(job: Any, output_dir: Path) -> Path | None:
     """The newest checkpoint's HF weights (verl saves them with ``save_contents: hf_model``) in
     ``<output>/checkpoint``, with the tokenizer's own files; ``None`` when nothing was saved."""
+    from aworld_core.tokens import copy_tokenizer_files
+
     step = latest_checkpoint(output_dir)
     source = step / "actor" / "huggingface" if step is not None else None
     if source is None or not any(source.glob("*.safetensors")):
@@ -322,12 +323,7 @@ def export_checkpoint(job: Any, output_dir: Path) -> Path | None:
     target = output_dir / "checkpoint"
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target)
-    tokenizer_dir = Path(job.resolve_path(job.model.tokenizer or job.model.path))
-    for pattern in ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "chat_template*", "vocab.*",
-                    "merges.txt"):
-        for path in tokenizer_dir.glob(pattern):
-            if path.is_file():
-                shutil.copy2(path, target / path.name)
+    copy_tokenizer_files(job.resolve_path(job.model.tokenizer or job.model.path), target)
     (target / "aworld_checkpoint.json").write_text(json.dumps({"global_step": step.name}) + "\n", encoding="utf-8")
     return target
 
@@ -381,51 +377,14 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}"
-
-
 def _report(job: Any, options: VerlOptions, output_dir: Path, rows: list[dict[str, Any]], before: Any, after: Any,
             metrics: dict[str, Any], artifacts: dict[str, str], started: float) -> None:
-    """The summary line, ``metrics.png`` and ``summary.json`` (the trl backend's shapes)."""
-    window = options.summary_window
-    training = [r for r in rows if isinstance(r.get("reward"), (int, float))]
-    rewards = [r["reward"] for r in training]
-    tools = [r["aworld/tool_call_rate"] for r in training if isinstance(r.get("aworld/tool_call_rate"), (int, float))]
-    metrics.update({
-        "steps": len(training),
-        "reward/start": _mean(rewards[:window]),
-        "reward/end": _mean(rewards[-window:]),
-        "tool_call_rate/start": _mean(tools[:window]),
-        "tool_call_rate/end": _mean(tools[-window:]),
-        "process_seconds": round(time.perf_counter() - started, 1),
-    })
-    for report, when in ((before, "before"), (after, "after")):
-        if report is not None:
-            metrics[f"eval_{when}/accuracy"] = report.accuracy
-            metrics[f"eval_{when}/tool_use_rate"] = report.tool_use_rate
-            artifacts[f"eval_{when}"] = str(output_dir / f"eval_{when}.jsonl")
-    if options.plot and training:
-        try:
-            from aworld_core.plots import plot_metrics
+    """The summary line, ``metrics.png`` and ``summary.json`` (the core's ``aworld_core.run_summary``),
+    over the rows that logged a training reward. No peak memory: training ran in verl's Ray workers."""
+    from aworld_core.run_summary import reward_headline, training_metrics, write_summary
 
-            plot = plot_metrics(training, output_dir / "metrics.png", title=job.name,
-                                accuracy=(before.accuracy if before else None, after.accuracy if after else None))
-            if plot is not None:
-                artifacts["plot"] = str(plot)
-        except ImportError as exc:
-            print(f"no metrics.png: {exc} (pip install matplotlib)", flush=True)
-    line = (f"summary: training reward {_fmt(metrics['reward/start'])} -> {_fmt(metrics['reward/end'])} "
-            f"(mean of first/last {window} steps)")
-    if before is not None or after is not None:
-        line += (f"; held-out accuracy {_fmt(before.accuracy if before else None)} -> "
-                 f"{_fmt(after.accuracy if after else None)} ({(after or before).n} tasks, greedy)")
-    print(line + f"; {metrics['process_seconds']:.0f}s in all", flush=True)
-    for name, path in artifacts.items():
-        print(f"  {name}: {path}", flush=True)
-    (output_dir / "summary.json").write_text(json.dumps({"metrics": metrics, "artifacts": artifacts}, indent=2),
-                                             encoding="utf-8")
+    training = [r for r in rows if isinstance(r.get("reward"), (int, float))]
+    metrics.update(training_metrics(training, options.summary_window))
+    write_summary(output_dir, reward_headline(metrics, options.summary_window), history=training, metrics=metrics,
+                  artifacts=artifacts, started=started, before=before, after=after, title=job.name,
+                  plot=options.plot, memory=False)
