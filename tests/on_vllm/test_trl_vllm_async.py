@@ -22,8 +22,9 @@ from aworld_core.tools.mcp_config import get_agent_tool_env_and_servers
 
 class Gate:
     """A tool latency that holds each call until the next weight update is in vLLM (at most
-    ``timeout_s``): armed once the first batch is done, so every episode started ahead of its step
-    samples its tool call before an update and its answer after it."""
+    ``timeout_s``): armed while a step trains (from the end of its batch to the next batch the
+    trainer waits for), so every episode started ahead of its step samples its tool call before an
+    update and its answer after it, and no call waits while the trainer waits for it."""
 
     def __init__(self, timeout_s: float = 60.0):
         self.timeout_s = timeout_s
@@ -100,8 +101,11 @@ def test_async_grpo_on_vllm_trains_each_token_with_the_version_that_sampled_it(t
     def recording_class() -> type:
         class Recording(base()):  # type: ignore[misc, valid-type]
             def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+                # while the trainer waits for a batch no update can come: a held call would only
+                # run out its timeout (an episode's second call, made after the last release)
+                gate.armed = False
                 out = super()._generate_and_score_completions(inputs)
-                gate.armed = True  # the first batch is done; the batches started ahead wait for updates
+                gate.armed = True  # training: the batches started ahead wait for the update it makes
                 engines.append(self.aworld_async.engine)
                 records.append({"step": int(self.state.global_step),
                                 **{k: v.detach().clone() for k, v in out.items() if hasattr(v, "detach")}})
@@ -125,7 +129,10 @@ def test_async_grpo_on_vllm_trains_each_token_with_the_version_that_sampled_it(t
     monkeypatch.setattr(ag.WeightSync, "_apply", applied)
     with GatedCalculator(gate) as calculator:
         config = job(tmp_path, tool_model_dir, calculator.mcp_config(), max_steps=3)
-        config["backends"]["trl"]["aworld"].update(async_rollout={"max_staleness": 1}, eval_before=False)
+        # no held-out evaluation: after the last update the armed gate would hold each of its tool calls
+        # for its whole timeout (60 s in all), and nothing here checks it
+        config["backends"]["trl"]["aworld"].update(async_rollout={"max_staleness": 1}, eval_before=False,
+                                                    eval_after=False)
         config["reward"] = {"name": "exact_answer"}
         result = train(config, str(tmp_path / "run"))
 
