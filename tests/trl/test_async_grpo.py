@@ -41,13 +41,17 @@ class CalcScriptEngine(ScriptedTokenEngine):
     """Tool call first, then an answer (right for even-numbered group members, wrong for odd ones).
 
     ``gate_s`` > 0: an answer waits up to that long for the engine's version to change after the
-    episode's tool call was sampled, so an episode started ahead of its step spans an update."""
+    episode's tool call was sampled, so an episode started ahead of its step spans an update. It
+    waits only while ``armed``: while a step trains (``_recording`` disarms it while the trainer
+    waits for a batch, when no update can come: the first batch's answers each waited out the
+    whole ``gate_s`` before, 10 s of the test's 11)."""
 
     def __init__(self, tokenizer: Any, gate_s: float = 0.0):
         super().__init__(self._script)
         self.tokenizer = tokenizer
         self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.gate_s = gate_s
+        self.armed = False
         self.first_version: dict[str, int] = {}
         self.stamped: dict[str, list[tuple[list[int], int]]] = {}  # request id -> (ids, version) per call
 
@@ -68,7 +72,7 @@ class CalcScriptEngine(ScriptedTokenEngine):
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams, *, request_id: str) -> TokenOutput:
         if request_id in self.first_version and self.gate_s:
             began = asyncio.get_running_loop().time()
-            while self.version == self.first_version[request_id] and \
+            while self.armed and self.version == self.first_version[request_id] and \
                     asyncio.get_running_loop().time() - began < self.gate_s:
                 await asyncio.sleep(0.01)
         out = await super().generate(prompt_ids, sampling, request_id=request_id)
@@ -96,12 +100,16 @@ def _job(tmp_path: Path, model_dir: Path, calculator: Any, write_samples: Any, s
     }
 
 
-def _recording(cls: type, records: list[dict[str, Any]]) -> type:
+def _recording(cls: type, records: list[dict[str, Any]], engine: CalcScriptEngine | None = None) -> type:
     """``cls`` recording each batch (rows + tensors) and, for the async trainer, the correction."""
 
     class Recording(cls):  # type: ignore[misc, valid-type]
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+            if engine is not None:
+                engine.armed = False  # the trainer waits for this batch: no update can come
             out = super()._generate_and_score_completions(inputs)
+            if engine is not None:
+                engine.armed = True  # training: the episodes started ahead wait for its update
             records.append({"step": int(self.state.global_step), "inputs": [dict(r) for r in inputs],
                             **{k: v.detach().clone() for k, v in out.items() if hasattr(v, "detach")}})
             return out
@@ -164,7 +172,7 @@ def _train_scripted(tmp_path: Path, model_dir: Path, calculator: Any, write_samp
         else:
             rollout = AsyncRollout(runner, samples, **common, **options.async_rollout.model_dump())
             cls = async_trainer_class()
-        trainer = _recording(cls, records)(
+        trainer = _recording(cls, records, engine)(
             model=model, reward_funcs=[make_reward_func("exact_answer")], args=args,
             train_dataset=Dataset.from_list(rollout.dataset_rows()), processing_class=tokenizer, rollout_func=rollout)
         trainer.train()
